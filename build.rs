@@ -1,0 +1,39 @@
+//! Generates Rust bindings for the Triton C API from the project's own header
+//! (`triton-core-headers/`). The output lives in OUT_DIR and is never committed.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    let header = "triton-core-headers/triton_backend_api.h";
+    println!("cargo:rerun-if-changed={header}");
+
+    let bindings = bindgen::Builder::default()
+        .header(header)
+        .allowlist_function("TRITON(SERVER|BACKEND)_.*")
+        .allowlist_type("TRITON(SERVER|BACKEND)_.*")
+        .allowlist_var("TRITON(SERVER|BACKEND)_.*")
+        // Plain integer constants: the enums are bit flags and codes, matched
+        // against raw values coming back from the server.
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .layout_tests(false)
+        // Calls into the server are resolved when the library is loaded by
+        // tritonserver (dlsym on the process), not at link time: unit tests and
+        // benches then link without a server, and a missing symbol becomes a
+        // clear error instead of a loader failure.
+        .dynamic_library_name("TritonApi")
+        .dynamic_link_require_all(true)
+        // The entry points are ours to define (src/lib.rs), not to call.
+        .blocklist_function(
+            "TRITONBACKEND_(Initialize|Finalize|ModelInitialize|ModelFinalize|\
+             ModelInstanceInitialize|ModelInstanceFinalize|ModelInstanceExecute)",
+        )
+        .generate()
+        .expect("bindgen failed on triton-core-headers/triton_backend_api.h");
+
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("triton_bindings.rs");
+    bindings
+        .write_to_file(&out)
+        .expect("cannot write Triton bindings");
+}

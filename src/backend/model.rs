@@ -1,0 +1,108 @@
+//! Model state: settings parsed from config.pbtxt and the gallery, shared by
+//! all instances of the model.
+
+use crate::backend::config::{EngineKind, Settings};
+use crate::engine::dlib::DlibEngine;
+use crate::error::Result;
+use crate::gallery::{gallery_images, validate_name, Gallery};
+use crate::pipeline::image::frame_from_encoded;
+use crate::pipeline::{Engine, Metric};
+use crate::triton::{log, ModelHandle};
+
+pub struct ModelState {
+    pub name: String,
+    pub settings: Settings,
+    pub gallery: Gallery,
+}
+
+/// The engine a model's settings ask for, with its weights loaded.
+pub fn new_engine(settings: &Settings) -> Result<Box<dyn Engine>> {
+    match settings.engine {
+        EngineKind::Dlib => Ok(Box::new(DlibEngine::load(
+            &settings.weights_dir,
+            settings.detector,
+        )?)),
+    }
+}
+
+/// The engine's usual same-person threshold when the config sets none.
+fn default_threshold(metric: Metric) -> f32 {
+    match metric {
+        Metric::Euclidean => 0.6,
+        Metric::Cosine => 0.5,
+    }
+}
+
+impl ModelState {
+    pub fn load(model: ModelHandle) -> Result<Self> {
+        let name = model.name()?;
+        let dir = model.directory()?;
+        let config = model.config_json()?;
+        let settings = Settings::from_config(&config, &dir)?;
+        // Loading an engine here also proves the weights are usable before any
+        // instance starts; it then embeds the gallery images and is dropped.
+        let mut engine = new_engine(&settings)?;
+        let threshold = settings
+            .match_threshold
+            .unwrap_or_else(|| default_threshold(engine.metric()));
+        let gallery = Gallery::open(
+            &settings.gallery_dir,
+            engine.name(),
+            engine.metric(),
+            engine.embedding_len(),
+            threshold,
+            settings.max_gallery_size,
+        )?;
+        let enrolled = gallery.len();
+        let from_images = load_gallery_images(&gallery, engine.as_mut(), &settings)?;
+        log::info(&format!(
+            "model '{name}': engine {} ({:?} detector), gallery {} with {from_images} people from images \
+             and {enrolled} enrolled faces, match threshold {threshold} ({})",
+            engine.name(),
+            settings.detector,
+            settings.gallery_dir.display(),
+            engine.metric().name(),
+        ));
+        Ok(ModelState {
+            name,
+            settings,
+            gallery,
+        })
+    }
+}
+
+/// Embed every gallery image; an image that cannot be used is skipped with a
+/// warning naming it. Returns how many were added.
+fn load_gallery_images(
+    gallery: &Gallery,
+    engine: &mut dyn Engine,
+    settings: &Settings,
+) -> Result<usize> {
+    let mut added = 0;
+    for (name, path) in gallery_images(&settings.gallery_dir)? {
+        let shown = path.display();
+        let face = validate_name(&name)
+            .and_then(|()| {
+                let bytes = std::fs::read(&path)
+                    .map_err(|e| crate::error::Error::unavailable(format!("cannot read: {e}")))?;
+                frame_from_encoded("image", &bytes, settings.max_image_pixels)
+            })
+            .and_then(|frame| {
+                engine
+                    .analyze(&[&frame], settings.max_faces_per_image)
+                    .remove(0)
+            });
+        match face {
+            Ok(mut faces) if faces.len() == 1 => {
+                gallery.add_from_image(&name, faces.remove(0).embedding)?;
+                added += 1;
+            }
+            Ok(faces) => log::warn(&format!(
+                "gallery image {shown} skipped: it has {} faces, a gallery image needs exactly one",
+                faces.len()
+            )),
+            Err(e) => log::warn(&format!("gallery image {shown} skipped: {e}")),
+        }
+    }
+    Ok(added)
+}

@@ -1,0 +1,148 @@
+//! The JSON documents a client receives, in one place (schema:
+//! `schema/result.schema.json`).
+
+use serde::Serialize;
+
+use crate::gallery::{Enrolled, Match};
+use crate::pipeline::{Face, Frame};
+
+pub const UNKNOWN: &str = "unknown";
+
+#[derive(Serialize, Debug)]
+pub struct ImageDoc {
+    pub image: ImageInfo,
+    pub faces: Vec<FaceDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enrolled: Option<EnrolledDoc>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ImageInfo {
+    pub width: u32,
+    pub height: u32,
+}
+
+#[derive(Serialize, Debug)]
+pub struct BoxDoc {
+    pub left: i64,
+    pub top: i64,
+    pub right: i64,
+    pub bottom: i64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct FaceDoc {
+    #[serde(rename = "box")]
+    pub bbox: BoxDoc,
+    pub score: Option<f32>,
+    pub landmarks: Vec<[f32; 2]>,
+    pub name: String,
+    pub distance: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Vec<f32>>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct EnrolledDoc {
+    pub name: String,
+    pub added: bool,
+    pub gallery_size: usize,
+}
+
+impl FaceDoc {
+    pub fn new(face: &Face, matched: &Match, with_embedding: bool) -> Self {
+        FaceDoc {
+            bbox: BoxDoc {
+                left: face.bbox.left.round() as i64,
+                top: face.bbox.top.round() as i64,
+                right: face.bbox.right.round() as i64,
+                bottom: face.bbox.bottom.round() as i64,
+            },
+            score: face.score,
+            landmarks: face.landmarks.to_vec(),
+            name: matched.name.clone().unwrap_or_else(|| UNKNOWN.to_string()),
+            distance: matched.distance,
+            embedding: with_embedding.then(|| face.embedding.clone()),
+        }
+    }
+}
+
+impl ImageDoc {
+    pub fn new(frame: &Frame, faces: Vec<FaceDoc>) -> Self {
+        ImageDoc {
+            image: ImageInfo {
+                width: frame.width,
+                height: frame.height,
+            },
+            faces,
+            enrolled: None,
+        }
+    }
+
+    pub fn with_enrolled(mut self, e: &Enrolled) -> Self {
+        self.enrolled = Some(EnrolledDoc {
+            name: e.name.clone(),
+            added: e.added,
+            gallery_size: e.gallery_size,
+        });
+        self
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing these plain structs cannot fail (no maps with non-string keys).
+        serde_json::to_vec(self).expect("result documents always serialize")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::BoxPx;
+
+    #[test]
+    fn renders_the_documented_shape() {
+        let frame = Frame {
+            width: 4,
+            height: 3,
+            rgb: vec![0; 36],
+        };
+        let face = Face {
+            bbox: BoxPx {
+                left: 0.4,
+                top: 1.0,
+                right: 3.6,
+                bottom: 2.0,
+            },
+            score: None,
+            landmarks: [[1.0, 1.0]; 5],
+            embedding: vec![0.5, 0.25],
+        };
+        let m = Match {
+            name: None,
+            distance: Some(0.7),
+        };
+        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, false)]);
+        let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
+        assert_eq!(v["image"], serde_json::json!({"width": 4, "height": 3}));
+        let f = &v["faces"][0];
+        assert_eq!(
+            f["box"],
+            serde_json::json!({"left": 0, "top": 1, "right": 4, "bottom": 2})
+        );
+        assert_eq!(f["name"], "unknown");
+        assert!(f["score"].is_null());
+        assert!(f.get("embedding").is_none());
+        assert!(v.get("enrolled").is_none());
+        assert_eq!(f["landmarks"].as_array().unwrap().len(), 5);
+
+        let e = Enrolled {
+            name: "a".into(),
+            added: true,
+            gallery_size: 3,
+        };
+        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, true)]).with_enrolled(&e);
+        let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
+        assert_eq!(v["enrolled"]["gallery_size"], 3);
+        assert_eq!(v["faces"][0]["embedding"], serde_json::json!([0.5, 0.25]));
+    }
+}

@@ -1,0 +1,251 @@
+//! An owned inference request. Created once per raw request in Execute; it
+//! answers exactly once (`respond` consumes it) and is released exactly once
+//! (in `Drop`, on every path, panics included). A request dropped without an
+//! answer gets an INTERNAL error response first, so no client is left waiting.
+
+use std::borrow::Cow;
+use std::ffi::{CStr, CString};
+use std::ptr;
+
+use super::error::{api, call};
+use super::response::{self, BytesTensor};
+use super::{log, sys};
+use crate::error::{Error, Result};
+
+pub struct Request {
+    raw: *mut sys::TRITONBACKEND_Request,
+    answered: bool,
+}
+
+impl Request {
+    /// Take ownership of a request handed to Execute.
+    ///
+    /// # Safety
+    /// `raw` must be a live request that this code now owns (Execute's
+    /// requests), wrapped at most once.
+    pub unsafe fn from_raw(raw: *mut sys::TRITONBACKEND_Request) -> Self {
+        Request {
+            raw,
+            answered: false,
+        }
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::TRITONBACKEND_Request {
+        self.raw
+    }
+
+    /// The request's input `name`, or `None` when the client did not send it.
+    pub fn input(&self, name: &str) -> Result<Option<Input<'_>>> {
+        let api = api()?;
+        let mut count = 0u32;
+        call!(api.TRITONBACKEND_RequestInputCount(self.raw, &mut count))?;
+        let mut present = false;
+        for i in 0..count {
+            let mut raw_name = ptr::null();
+            call!(api.TRITONBACKEND_RequestInputName(self.raw, i, &mut raw_name))?;
+            // SAFETY: NUL-terminated, valid while the request lives.
+            if !raw_name.is_null()
+                && unsafe { CStr::from_ptr(raw_name) }.to_bytes() == name.as_bytes()
+            {
+                present = true;
+                break;
+            }
+        }
+        if !present {
+            return Ok(None);
+        }
+        let c_name = CString::new(name).map_err(|_| Error::invalid("input name contains NUL"))?;
+        let mut input = ptr::null_mut();
+        call!(api.TRITONBACKEND_RequestInput(self.raw, c_name.as_ptr(), &mut input))?;
+        Input::new(input, name).map(Some)
+    }
+
+    /// Request flags (sequence start / end bits).
+    pub fn flags(&self) -> Result<u32> {
+        let api = api()?;
+        let mut flags = 0;
+        call!(api.TRITONBACKEND_RequestFlags(self.raw, &mut flags))?;
+        Ok(flags)
+    }
+
+    /// The request's ID as sent by the client ("" when none), for messages.
+    pub fn id(&self) -> String {
+        let Ok(api) = api() else { return String::new() };
+        let mut id = ptr::null();
+        if call!(api.TRITONBACKEND_RequestId(self.raw, &mut id)).is_err() || id.is_null() {
+            return String::new();
+        }
+        // SAFETY: NUL-terminated, valid while the request lives.
+        unsafe { CStr::from_ptr(id) }.to_string_lossy().into_owned()
+    }
+
+    /// Send the one response of this request: outputs on success, the error
+    /// otherwise. `after` runs once it is sent and before the request is
+    /// released (statistics need a live request). Consumes the request.
+    pub fn respond(
+        mut self,
+        outcome: Result<Vec<BytesTensor>>,
+        after: impl FnOnce(&Request, bool),
+    ) {
+        self.answered = true;
+        let success = outcome.is_ok();
+        if let Err(e) = response::send(self.raw, outcome) {
+            log::error(&format!("failed to send a response: {e}"));
+        }
+        after(&self, success);
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.answered = true;
+            let err = Error::internal("the face backend dropped this request without an answer");
+            if let Err(e) = response::send(self.raw, Err(err)) {
+                log::error(&format!("failed to send a response: {e}"));
+            }
+        }
+        let Ok(api) = api() else { return };
+        if let Err(e) =
+            call!(api.TRITONBACKEND_RequestRelease(self.raw, sys::TRITONSERVER_REQUEST_RELEASE_ALL))
+        {
+            log::error(&format!("failed to release a request: {e}"));
+        }
+    }
+}
+
+/// One input tensor of a request.
+pub struct Input<'r> {
+    raw: *mut sys::TRITONBACKEND_Input,
+    pub name: String,
+    pub datatype: sys::TRITONSERVER_DataType,
+    pub shape: Vec<i64>,
+    pub byte_size: u64,
+    buffer_count: u32,
+    _request: std::marker::PhantomData<&'r Request>,
+}
+
+impl<'r> Input<'r> {
+    fn new(raw: *mut sys::TRITONBACKEND_Input, name: &str) -> Result<Self> {
+        let api = api()?;
+        let (mut dtype, mut shape_ptr, mut dims, mut bytes, mut buffers) = (
+            sys::TRITONSERVER_TYPE_INVALID,
+            ptr::null(),
+            0u32,
+            0u64,
+            0u32,
+        );
+        call!(api.TRITONBACKEND_InputProperties(
+            raw,
+            ptr::null_mut(),
+            &mut dtype,
+            &mut shape_ptr,
+            &mut dims,
+            &mut bytes,
+            &mut buffers,
+        ))?;
+        let shape = if shape_ptr.is_null() || dims == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the server says shape_ptr holds `dims` values while the request lives.
+            unsafe { std::slice::from_raw_parts(shape_ptr, dims as usize) }.to_vec()
+        };
+        Ok(Input {
+            raw,
+            name: name.to_string(),
+            datatype: dtype,
+            shape,
+            byte_size: bytes,
+            buffer_count: buffers,
+            _request: std::marker::PhantomData,
+        })
+    }
+
+    /// The tensor's bytes in host memory: borrowed when the server holds them
+    /// in one CPU buffer, gathered into one copy when they span several.
+    pub fn host_bytes(&self) -> Result<Cow<'r, [u8]>> {
+        let api = api()?;
+        let mut parts: Vec<&'r [u8]> = Vec::with_capacity(self.buffer_count as usize);
+        for index in 0..self.buffer_count {
+            let (mut buf, mut len) = (ptr::null(), 0u64);
+            // Ask for CPU memory; Triton copies GPU-resident inputs when it can.
+            let (mut mem, mut mem_id) = (sys::TRITONSERVER_MEMORY_CPU, 0i64);
+            call!(api.TRITONBACKEND_InputBuffer(
+                self.raw,
+                index,
+                &mut buf,
+                &mut len,
+                &mut mem,
+                &mut mem_id
+            ))?;
+            if mem == sys::TRITONSERVER_MEMORY_GPU {
+                return Err(Error::unsupported(format!(
+                    "{}: input buffer is in GPU memory (device {mem_id}); send it in host memory",
+                    self.name
+                )));
+            }
+            if len == 0 {
+                continue;
+            }
+            if buf.is_null() {
+                return Err(Error::internal(format!(
+                    "{}: server returned a null buffer",
+                    self.name
+                )));
+            }
+            // SAFETY: the server says `buf` holds `len` bytes while the request lives.
+            parts.push(unsafe { std::slice::from_raw_parts(buf as *const u8, len as usize) });
+        }
+        Ok(match parts.len() {
+            0 => Cow::Borrowed(&[]),
+            1 => Cow::Borrowed(parts[0]),
+            _ => Cow::Owned(parts.concat()),
+        })
+    }
+}
+
+/// Split a serialized BYTES (TYPE_STRING) tensor into its elements: each is a
+/// 4-byte little-endian length followed by that many bytes.
+pub fn decode_bytes_tensor(data: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        if rest.len() < 4 {
+            return Err(Error::invalid(
+                "malformed BYTES tensor: truncated length prefix",
+            ));
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        rest = &rest[4..];
+        if rest.len() < len {
+            return Err(Error::invalid(format!(
+                "malformed BYTES tensor: element of {len} bytes but only {} left",
+                rest.len()
+            )));
+        }
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::triton::response::encode_bytes_tensor;
+
+    #[test]
+    fn bytes_round_trip() {
+        let elems: Vec<&[u8]> = vec![b"hello", b"", b"\x00\xff"];
+        let encoded = encode_bytes_tensor(&elems);
+        assert_eq!(&encoded[..4], &5u32.to_le_bytes());
+        assert_eq!(decode_bytes_tensor(&encoded).unwrap(), elems);
+    }
+
+    #[test]
+    fn bytes_rejects_truncation() {
+        assert!(decode_bytes_tensor(&[1, 0, 0]).is_err());
+        assert!(decode_bytes_tensor(&[5, 0, 0, 0, b'a']).is_err());
+        assert!(decode_bytes_tensor(&[]).unwrap().is_empty());
+    }
+}
