@@ -7,6 +7,10 @@ use std::path::PathBuf;
 fn main() {
     let header = "triton-core-headers/triton_backend_api.h";
     println!("cargo:rerun-if-changed={header}");
+    // Export only our TRITONBACKEND_* entry points: symbols that dependencies
+    // (static archives, e.g. the opencv crate's callbacks) mark as public stay
+    // inside the library.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
 
     let bindings = bindgen::Builder::default()
         .header(header)
