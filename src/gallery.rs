@@ -125,8 +125,19 @@ impl Gallery {
                 enrolled.len()
             )));
         }
-        gallery.entries.write().unwrap().enrolled = enrolled;
+        gallery.write().enrolled = enrolled;
         Ok(gallery)
+    }
+
+    // A panic elsewhere while a lock was held cannot leave the entries half
+    // changed (they change only after the store is written), so a poisoned
+    // lock is still safe to use.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Entries> {
+        self.entries.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries> {
+        self.entries.write().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn dir(&self) -> &Path {
@@ -138,7 +149,7 @@ impl Gallery {
     }
 
     pub fn len(&self) -> usize {
-        let e = self.entries.read().unwrap();
+        let e = self.read();
         e.from_images.len() + e.enrolled.len()
     }
 
@@ -149,7 +160,7 @@ impl Gallery {
     /// Add a person seen in a gallery image (model load).
     pub fn add_from_image(&self, name: &str, embedding: Vec<f32>) -> Result<()> {
         self.check_dim(&embedding)?;
-        let mut e = self.entries.write().unwrap();
+        let mut e = self.write();
         if e.from_images.len() + e.enrolled.len() >= self.max_size {
             return Err(Error::unavailable(format!(
                 "gallery is full (max_gallery_size = {})",
@@ -165,7 +176,7 @@ impl Gallery {
 
     /// The nearest person to `embedding`.
     pub fn best_match(&self, embedding: &[f32]) -> Match {
-        let e = self.entries.read().unwrap();
+        let e = self.read();
         let best = e
             .from_images
             .iter()
@@ -189,7 +200,7 @@ impl Gallery {
     pub fn enroll(&self, name: &str, embedding: Vec<f32>) -> Result<Enrolled> {
         validate_name(name)?;
         self.check_dim(&embedding)?;
-        let mut e = self.entries.write().unwrap();
+        let mut e = self.write();
         let size = e.from_images.len() + e.enrolled.len();
         let duplicate = e.from_images.iter().chain(e.enrolled.iter()).any(|x| {
             x.name == name && self.metric.distance(&x.embedding, &embedding) < DUPLICATE_DISTANCE
@@ -340,11 +351,10 @@ pub fn gallery_images(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     }
     for entry in read(dir)? {
         let path = entry.map_err(|e| Error::unavailable(e.to_string()))?.path();
-        if visible(&path).is_none() {
+        let Some(name) = visible(&path) else {
             continue;
-        }
+        };
         if path.is_dir() {
-            let name = visible(&path).unwrap();
             for inner in read(&path)? {
                 let p = inner.map_err(|e| Error::unavailable(e.to_string()))?.path();
                 if visible(&p).is_some() && is_image(&p) {

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Wait until a tritonserver answers /v2/health/ready; fail early, with its
+log, if the server process exits first."""
+import argparse
+import os
+import sys
+import time
+import urllib.request
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url", help="host:port of the HTTP endpoint")
+    ap.add_argument("--pid", type=int, help="server process to watch")
+    ap.add_argument("--log", help="server log, printed on failure")
+    ap.add_argument("--timeout", type=float, default=120)
+    args = ap.parse_args()
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{args.url}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if args.pid and not os.path.exists(f"/proc/{args.pid}"):
+            break
+        time.sleep(0.3)
+    if args.log and os.path.exists(args.log):
+        sys.stderr.write(open(args.log, errors="replace").read()[-6000:])
+    sys.exit(f"tritonserver at {args.url} did not become ready")
+
+
+if __name__ == "__main__":
+    main()
