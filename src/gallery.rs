@@ -213,7 +213,8 @@ impl Gallery {
             });
         }
         if size >= self.max_size {
-            return Err(Error::unavailable(format!(
+            // A limit from the model config, like the image limits: INVALID_ARG.
+            return Err(Error::invalid(format!(
                 "ENROLL: gallery is full (max_gallery_size = {})",
                 self.max_size
             )));

@@ -1,0 +1,172 @@
+"""Where the test inputs live: the tritonserver binary, the dlib weights, the photos, the backend.
+
+Everything comes from the environment that scripts/setup.sh prepares (assets/env.sh), with the
+default locations under the repository as a fallback. A missing piece is a test FAILURE with a
+message saying how to get it, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_CONFIG = REPO_ROOT / "model_repository" / "face" / "config.pbtxt"
+SCHEMA_PATH = REPO_ROOT / "schema" / "result.schema.json"
+
+WEIGHT_FILES = (
+    "dlib_face_recognition_resnet_model_v1.dat",
+    "shape_predictor_5_face_landmarks.dat",
+    "mmod_human_face_detector.dat",
+)
+PHOTO_FILES = (
+    "obama.jpg",
+    "obama2.jpg",
+    "obama3.jpg",
+    "biden.jpg",
+    "obama_partial_face.jpg",
+    "32bit.png",
+    "noface.jpg",
+    "obama_640x480.jpg",
+)
+
+
+class MissingAsset(Exception):
+    """A file the suite needs is not there; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class SuiteEnv:
+    tritonserver: Path
+    weights: Path
+    photos: Path
+    backend_lib: Path
+    model_config: Path = MODEL_CONFIG
+
+
+def _default_tritonserver() -> Path | None:
+    pattern = ".venv/lib/python3.*/site-packages/pytriton/tritonserver/bin/tritonserver"
+    found = sorted(REPO_ROOT.glob(pattern))
+    return found[-1] if found else None
+
+
+def _from_env(var: str, default: Path | None) -> Path | None:
+    value = os.environ.get(var)
+    return Path(value) if value else default
+
+
+def resolve_env() -> SuiteEnv:
+    """Locate every external input of the suite, or raise MissingAsset listing all that is missing."""
+    setup_hint = "run scripts/setup.sh (and source assets/env.sh)"
+    problems = []
+
+    server = _from_env("TRITONSERVER", _default_tritonserver())
+    if server is None or not os.access(server, os.X_OK):
+        problems.append(f"tritonserver binary not found (TRITONSERVER={server}): {setup_hint}")
+
+    weights = _from_env("FACE_WEIGHTS", REPO_ROOT / "assets" / "dlib")
+    missing = [f for f in WEIGHT_FILES if not (weights / f).is_file()]
+    if missing:
+        problems.append(f"dlib weights missing in {weights}: {', '.join(missing)}: {setup_hint}")
+
+    photos = _from_env("FACE_PHOTOS", REPO_ROOT / "assets" / "photos")
+    missing = [f for f in PHOTO_FILES if not (photos / f).is_file()]
+    if missing:
+        problems.append(f"test photos missing in {photos}: {', '.join(missing)}: {setup_hint}")
+
+    lib = _from_env("FACE_BACKEND_LIB", REPO_ROOT / "target" / "release" / "libtriton_face.so")
+    if not lib.is_file():
+        problems.append(f"backend library not found at {lib}: run cargo build --release")
+
+    if not MODEL_CONFIG.is_file():
+        problems.append(f"model config not found at {MODEL_CONFIG}")
+
+    if problems:
+        raise MissingAsset("\n".join(problems))
+    return SuiteEnv(server.resolve(), weights.resolve(), photos.resolve(), lib.resolve())
+
+
+class Photos:
+    """The test photos: file paths, encoded bytes, RGB pixels, and a few images derived from them.
+
+    Derived images are written once into `workdir` (a session temporary directory).
+    """
+
+    def __init__(self, root: Path, workdir: Path):
+        self.root = root
+        self.workdir = workdir
+
+    def path(self, name: str) -> Path:
+        """An original photo, or one made from them with Pillow (see DERIVED) on first use."""
+        original = self.root / name
+        if original.is_file():
+            return original
+        if name not in DERIVED:
+            raise MissingAsset(f"photo {name} not found in {self.root}: run scripts/setup.sh")
+        target = self.workdir / name
+        if not target.is_file():
+            DERIVED[name](self).save(target)
+        return target
+
+    def bytes(self, name: str) -> bytes:
+        return self.path(name).read_bytes()
+
+    def size(self, name: str) -> tuple[int, int]:
+        """(width, height) of a photo, as Pillow reads it."""
+        with Image.open(self.path(name)) as img:
+            return img.size
+
+    def rgb(self, name: str, scale: float = 1.0) -> np.ndarray:
+        """uint8 [H, W, 3] RGB pixels of a photo, optionally resized by `scale`."""
+        return _rgb_pixels(self.path(name), scale).copy()
+
+    def bgr(self, name: str) -> np.ndarray:
+        return np.ascontiguousarray(self.rgb(name)[..., ::-1])
+
+
+@lru_cache(maxsize=32)
+def _rgb_pixels(path: Path, scale: float) -> np.ndarray:
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        if scale != 1.0:
+            img = img.resize((round(img.width * scale), round(img.height * scale)), Image.LANCZOS)
+        return np.asarray(img, dtype=np.uint8)
+
+
+def _two_faces(photos: Photos) -> Image.Image:
+    """obama.jpg and biden.jpg side by side: one picture with two people, under a megapixel."""
+    heads = []
+    for name, crop_fraction in (("obama.jpg", 0.53), ("biden.jpg", 0.36)):
+        with Image.open(photos.path(name)) as img:
+            img = img.convert("RGB")
+            head = img.crop((0, 0, img.width, round(img.height * crop_fraction)))
+        heads.append(head.resize((round(head.width * 500 / head.height), 500), Image.LANCZOS))
+    canvas = Image.new("RGB", (sum(h.width for h in heads), 500))
+    x = 0
+    for head in heads:
+        canvas.paste(head, (x, 0))
+        x += head.width
+    return canvas
+
+
+def _reencoded(source: str, mode: str = "RGB", scale: float = 1.0):
+    def make(photos: Photos) -> Image.Image:
+        if mode == "RGB":
+            return Image.fromarray(photos.rgb(source, scale))
+        with Image.open(photos.path(source)) as img:
+            return img.convert(mode)
+    return make
+
+
+# name -> how to make it; the file extension picks the encoder.
+DERIVED = {
+    "two_faces.jpg": _two_faces,
+    "obama2.webp": _reencoded("obama2.jpg"),
+    "obama2_gray.jpg": _reencoded("obama2.jpg", "L"),
+    "obama_half.jpg": _reencoded("obama.jpg", scale=0.5),
+}

@@ -1,0 +1,260 @@
+"""A real tritonserver on a temporary model repository holding the `face` model.
+
+    server = TritonServer(env, tmp_path, params={"pixel_format": "BGR"}, gallery={...})
+    server.start()          # free ports, waits for /v2/health/ready, fails with the log on timeout
+    client = server.http()  # or server.grpc()
+    server.stop()           # SIGTERM, SIGKILL after 15 s; server.kill() is SIGKILL at once
+
+The repository survives stop(), so start() again serves the same model directory (gallery store
+included): that is how the restart tests work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Mapping
+
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from environment import SuiteEnv
+
+MODEL = "face"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+# Client-side timeout for one inference: the CNN detector on a big photo takes seconds on 2 cores.
+NETWORK_TIMEOUT_S = 300.0
+
+_LIVE: set["TritonServer"] = set()
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def set_parameter(config: str, key: str, value: str) -> str:
+    """Replace the string parameter `key` in a config.pbtxt text, or append it if absent."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    line = f'parameters {{ key: "{key}" value: {{ string_value: "{escaped}" }} }}'
+    pattern = re.compile(
+        r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'"\s*'
+        r'value:\s*\{\s*string_value:\s*"(?:[^"\\]|\\.)*"\s*\}\s*\}'
+    )
+    config, count = pattern.subn(lambda _match: line, config)
+    if count == 0:
+        config = config.rstrip("\n") + "\n" + line + "\n"
+    return config
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nobody listens on right now (bound to port 0 together, then released)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def default_gallery(env: SuiteEnv) -> dict[str, Path]:
+    return {"obama.jpg": env.photos / "obama.jpg", "biden.jpg": env.photos / "biden.jpg"}
+
+
+class TritonServer:
+    """One tritonserver process (at a time) serving `<root>/models/face`."""
+
+    def __init__(
+        self,
+        env: SuiteEnv,
+        root: Path,
+        params: Mapping[str, str] | None = None,
+        gallery: Mapping[str, Path] | None = None,
+        extra_args: tuple[str, ...] = (),
+    ):
+        """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
+        images; None means the default {obama, biden}, {} an empty gallery."""
+        self.env = env
+        self.root = Path(root)
+        self.model_dir = self.root / "models" / MODEL
+        self.gallery_dir = self.model_dir / "gallery"
+        self.extra_args = tuple(extra_args)
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.http_port = self.grpc_port = 0
+        self._runs = 0
+        self.exited_early = False
+        self._clients: list = []
+        self._build_repository(dict(params or {}), default_gallery(env) if gallery is None else gallery)
+
+    # ---- repository -------------------------------------------------------------------------
+
+    def _build_repository(self, params: dict[str, str], gallery: Mapping[str, Path]) -> None:
+        (self.model_dir / "1").mkdir(parents=True)
+        (self.root / "backends").mkdir()  # empty --backend-directory: only our library is found
+        shutil.copy2(self.env.backend_lib, self.model_dir / "libtriton_face.so")
+        config = self.env.model_config.read_text()
+        for key, value in {"weights_dir": str(self.env.weights), **params}.items():
+            config = set_parameter(config, key, value)
+        (self.model_dir / "config.pbtxt").write_text(config)
+        self.gallery_dir.mkdir()
+        for name, source in gallery.items():
+            target = self.gallery_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+    # ---- process ----------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> "TritonServer":
+        """Start on fresh free ports and wait until ready; retried if a port was taken meanwhile."""
+        assert not self.running, "server already running"
+        for _attempt in range(3):
+            self._spawn()
+            if self._wait_ready(timeout):
+                return self
+            self.stop()
+            log = self.log_text()
+            if "ddress already in use" not in log:
+                break
+        if self.exited_early:
+            what = f"tritonserver exited with code {self.proc.returncode} before it was ready"
+        else:
+            what = f"tritonserver was not ready within {timeout:.0f} s (stopped it)"
+        pytest.fail(
+            f"{what}; command: {' '.join(self.proc.args)}\n"
+            f"---- server log {self.log_path} ----\n{log}",
+            pytrace=False,
+        )
+
+    def _spawn(self) -> None:
+        self._runs += 1
+        self.http_port, self.grpc_port = free_ports(2)
+        self.log_path = self.root / f"server-{self._runs}.log"
+        command = [
+            str(self.env.tritonserver),
+            f"--model-repository={self.root / 'models'}",
+            "--http-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.grpc_port}",
+            "--allow-metrics=false",
+            f"--backend-directory={self.root / 'backends'}",
+            "--log-verbose=0",
+            "--exit-timeout-secs=10",
+            *self.extra_args,
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.root,
+            )
+        _LIVE.add(self)
+
+    def _wait_ready(self, timeout: float) -> bool:
+        self.exited_early = False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.exited_early = True
+                return False
+            if self.is_ready():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def is_ready(self) -> bool:
+        """GET /v2/health/ready answers 200 (all models ready, with --strict-readiness default)."""
+        url = f"http://127.0.0.1:{self.http_port}/v2/health/ready"
+        try:
+            with _DIRECT.open(url, timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code (None if never started)."""
+        return self._terminate(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL at once, as a crash would."""
+        return self._terminate(signal.SIGKILL, STOP_TIMEOUT_S)
+
+    def _terminate(self, sig: int, timeout: float) -> int | None:
+        self._close_clients()
+        _LIVE.discard(self)
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
+        return self.proc.returncode
+
+    def restart(self) -> "TritonServer":
+        self.stop()
+        return self.start()
+
+    # ---- logs and clients -------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        """The log (stdout + stderr) of the current or last run."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def http(self, concurrency: int = 16) -> httpclient.InferenceServerClient:
+        assert self.running, "server is not running"
+        client = httpclient.InferenceServerClient(
+            f"127.0.0.1:{self.http_port}", concurrency=concurrency,
+            connection_timeout=NETWORK_TIMEOUT_S, network_timeout=NETWORK_TIMEOUT_S,
+        )
+        self._clients.append(client)
+        return client
+
+    def grpc(self) -> grpcclient.InferenceServerClient:
+        assert self.running, "server is not running"
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
+        self._clients.append(client)
+        return client
+
+    def _close_clients(self) -> None:
+        while self._clients:
+            try:
+                self._clients.pop().close()
+            except Exception:  # a client of a dead server may fail to close; nothing to do
+                pass
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def live_servers() -> list[TritonServer]:
+    return list(_LIVE)
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort (e.g. pytest interrupted before fixture teardown): never leak a server."""
+    for server in list(_LIVE):
+        server.kill()
