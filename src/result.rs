@@ -5,15 +5,32 @@ use serde::Serialize;
 
 use crate::gallery::{Enrolled, Match};
 use crate::pipeline::{Face, Frame};
+use crate::sequence::{CorrId, Summary};
 
 pub const UNKNOWN: &str = "unknown";
 
-#[derive(Serialize, Debug)]
+/// One answer: an image's faces, and for sequence models the frame's place in
+/// its sequence (and the summary at END). A sequence request without a frame
+/// has no `image` / `faces`.
+#[derive(Serialize, Debug, Default)]
 pub struct ImageDoc {
-    pub image: ImageInfo,
-    pub faces: Vec<FaceDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faces: Option<Vec<FaceDoc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enrolled: Option<EnrolledDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<SequenceDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct SequenceDoc {
+    pub correlation_id: CorrId,
+    /// 0-based frame number within the sequence; null for a request without a frame.
+    pub frame: Option<u64>,
 }
 
 #[derive(Serialize, Debug)]
@@ -40,6 +57,9 @@ pub struct FaceDoc {
     pub distance: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
+    /// Sequence models: the face's track, stable within the sequence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub track: Option<u32>,
 }
 
 #[derive(Serialize, Debug)]
@@ -63,6 +83,7 @@ impl FaceDoc {
             name: matched.name.clone().unwrap_or_else(|| UNKNOWN.to_string()),
             distance: matched.distance,
             embedding: with_embedding.then(|| face.embedding.clone()),
+            track: None,
         }
     }
 }
@@ -70,12 +91,12 @@ impl FaceDoc {
 impl ImageDoc {
     pub fn new(frame: &Frame, faces: Vec<FaceDoc>) -> Self {
         ImageDoc {
-            image: ImageInfo {
+            image: Some(ImageInfo {
                 width: frame.width,
                 height: frame.height,
-            },
-            faces,
-            enrolled: None,
+            }),
+            faces: Some(faces),
+            ..Default::default()
         }
     }
 

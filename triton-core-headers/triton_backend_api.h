@@ -24,6 +24,9 @@
 /* ---- opaque handles (owned by the server unless stated) ---------------- */
 typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
+typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
+typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
+typedef struct TRITONSERVER_Metric TRITONSERVER_Metric;
 typedef struct TRITONBACKEND_Backend TRITONBACKEND_Backend;
 typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
 typedef struct TRITONBACKEND_ModelInstance TRITONBACKEND_ModelInstance;
@@ -82,6 +85,19 @@ typedef enum TRITONSERVER_loglevel_enum {
   TRITONSERVER_LOG_VERBOSE = 3
 } TRITONSERVER_LogLevel;
 
+typedef enum TRITONSERVER_parametertype_enum {
+  TRITONSERVER_PARAMETER_STRING = 0,
+  TRITONSERVER_PARAMETER_INT = 1,
+  TRITONSERVER_PARAMETER_BOOL = 2,
+  TRITONSERVER_PARAMETER_DOUBLE = 3,
+  TRITONSERVER_PARAMETER_BYTES = 4
+} TRITONSERVER_ParameterType;
+
+typedef enum TRITONSERVER_metrickind_enum {
+  TRITONSERVER_METRIC_KIND_COUNTER = 0,
+  TRITONSERVER_METRIC_KIND_GAUGE = 1
+} TRITONSERVER_MetricKind;
+
 typedef enum TRITONBACKEND_artifacttype_enum {
   TRITONBACKEND_ARTIFACT_FILESYSTEM = 0
 } TRITONBACKEND_ArtifactType;
@@ -117,6 +133,24 @@ bool TRITONSERVER_LogIsEnabled(TRITONSERVER_LogLevel level);
 TRITONSERVER_Error* TRITONSERVER_LogMessage(
     TRITONSERVER_LogLevel level, const char* filename, const int line,
     const char* msg);
+
+/* Parameters (used here as metric labels; the server copies the value). */
+TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(
+    const char* name, const TRITONSERVER_ParameterType type, const void* value);
+void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter);
+
+/* Custom metrics, served on the metrics endpoint. */
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(
+    TRITONSERVER_MetricFamily** family, const TRITONSERVER_MetricKind kind,
+    const char* name, const char* description);
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(
+    TRITONSERVER_MetricFamily* family);
+TRITONSERVER_Error* TRITONSERVER_MetricNew(
+    TRITONSERVER_Metric** metric, TRITONSERVER_MetricFamily* family,
+    const TRITONSERVER_Parameter** labels, const uint64_t label_count);
+TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric);
+TRITONSERVER_Error* TRITONSERVER_MetricSet(
+    TRITONSERVER_Metric* metric, double value);
 
 /* ---- TRITONBACKEND: calls into the server ------------------------------ */
 TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor);

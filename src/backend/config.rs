@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::engine::dlib::DetectorKind;
 use crate::error::{Error, Result};
 use crate::pipeline::image::PixelFormat;
+use crate::sequence::Limits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
@@ -31,6 +32,34 @@ pub struct Settings {
     pub return_embeddings: bool,
     /// Whether inputs carry a leading batch dimension (max_batch_size > 0).
     pub batched: bool,
+    /// Present when the model uses Triton's sequence batcher.
+    pub sequence: Option<SequenceConfig>,
+}
+
+/// How a stateful model receives its sequence controls, from the config's
+/// `sequence_batching { control_input [...] }`, plus the state limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SequenceConfig {
+    pub start: Option<Control>,
+    pub end: Option<Control>,
+    pub ready: Option<Control>,
+    /// CORRID tensor name and whether it is TYPE_STRING (else TYPE_UINT64).
+    pub corrid: Option<(String, bool)>,
+    pub limits: Limits,
+}
+
+/// A boolean control tensor and the value that means true.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Control {
+    pub name: String,
+    pub truth: Truth,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Truth {
+    Int32(i32),
+    Fp32(f32),
+    Bool(bool),
 }
 
 /// Every parameter the backend understands, with its default.
@@ -45,7 +74,95 @@ pub const PARAMETERS: &[(&str, &str)] = &[
     ("max_faces_per_image", "64"),
     ("max_gallery_size", "10000"),
     ("return_embeddings", "false"),
+    ("max_sequences", "1024 (sequence models)"),
+    ("max_frames_per_sequence", "1000 (sequence models)"),
 ];
+
+/// Triton's own default for max_sequence_idle_microseconds.
+const DEFAULT_IDLE_US: u64 = 1_000_000;
+
+/// Protobuf JSON writes 64-bit integers as strings; accept both.
+fn json_u64(v: &Value) -> Option<u64> {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// The sequence controls declared in `sequence_batching.control_input`.
+fn sequence_controls(batching: &Value, limits: Limits) -> Result<SequenceConfig> {
+    let mut cfg = SequenceConfig {
+        start: None,
+        end: None,
+        ready: None,
+        corrid: None,
+        limits,
+    };
+    let inputs = batching.get("control_input").and_then(Value::as_array);
+    for input in inputs.into_iter().flatten() {
+        let name = input
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        for control in input
+            .get("control")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let kind = control
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let truth = || -> Result<Control> {
+                let pick = |key: &str| {
+                    control
+                        .get(key)
+                        .and_then(Value::as_array)
+                        .filter(|a| a.len() == 2)
+                        .map(|a| a[1].clone())
+                };
+                let truth = if let Some(v) = pick("int32_false_true") {
+                    Truth::Int32(v.as_i64().unwrap_or(1) as i32)
+                } else if let Some(v) = pick("fp32_false_true") {
+                    Truth::Fp32(v.as_f64().unwrap_or(1.0) as f32)
+                } else if let Some(v) = pick("bool_false_true") {
+                    Truth::Bool(v.as_bool().unwrap_or(true))
+                } else {
+                    return Err(Error::invalid(format!(
+                        "sequence control `{name}` ({kind}) needs int32_false_true, fp32_false_true or bool_false_true"
+                    )));
+                };
+                Ok(Control {
+                    name: name.clone(),
+                    truth,
+                })
+            };
+            match kind {
+                "CONTROL_SEQUENCE_START" => cfg.start = Some(truth()?),
+                "CONTROL_SEQUENCE_END" => cfg.end = Some(truth()?),
+                "CONTROL_SEQUENCE_READY" => cfg.ready = Some(truth()?),
+                "CONTROL_SEQUENCE_CORRID" => {
+                    let dtype = control
+                        .get("data_type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("TYPE_UINT64");
+                    let string = match dtype {
+                        "TYPE_STRING" => true,
+                        "TYPE_UINT64" | "TYPE_INT64" | "TYPE_UINT32" | "TYPE_INT32" => false,
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "sequence control `{name}` (CORRID) has data_type {dtype}; use TYPE_UINT64 or TYPE_STRING"
+                            )))
+                        }
+                    };
+                    cfg.corrid = Some((name.clone(), string));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(cfg)
+}
 
 fn bad(key: &str, value: &str, expected: &str) -> Error {
     Error::invalid(format!(
@@ -93,6 +210,12 @@ impl Settings {
                 .and_then(Value::as_i64)
                 .unwrap_or(0)
                 > 0,
+            sequence: None,
+        };
+        let mut limits = Limits {
+            max_sequences: 1024,
+            max_frames: 1000,
+            idle_timeout: std::time::Duration::from_micros(DEFAULT_IDLE_US),
         };
         for (key, v) in parameters(config)? {
             let value = v.trim();
@@ -117,6 +240,8 @@ impl Settings {
                 "max_image_pixels" => s.max_image_pixels = parse_positive(&key, value)?,
                 "max_faces_per_image" => s.max_faces_per_image = parse_positive(&key, value)?,
                 "max_gallery_size" => s.max_gallery_size = parse_positive(&key, value)?,
+                "max_sequences" => limits.max_sequences = parse_positive(&key, value)?,
+                "max_frames_per_sequence" => limits.max_frames = parse_positive(&key, value)?,
                 "return_embeddings" => {
                     s.return_embeddings = match value.to_ascii_lowercase().as_str() {
                         "true" | "1" | "yes" => true,
@@ -132,6 +257,15 @@ impl Settings {
                     )));
                 }
             }
+        }
+        if let Some(batching) = config.get("sequence_batching") {
+            let idle = batching
+                .get("max_sequence_idle_microseconds")
+                .and_then(json_u64)
+                .filter(|us| *us > 0)
+                .unwrap_or(DEFAULT_IDLE_US);
+            limits.idle_timeout = std::time::Duration::from_micros(idle);
+            s.sequence = Some(sequence_controls(batching, limits)?);
         }
         Ok(s)
     }
@@ -183,6 +317,44 @@ mod tests {
         assert_eq!(s.match_threshold, Some(0.5));
         assert!(s.return_embeddings && s.batched);
         assert_eq!(s.max_faces_per_image, 3);
+    }
+
+    #[test]
+    fn sequence_batching_controls() {
+        let config = json!({
+            "max_batch_size": 4,
+            "parameters": { "max_sequences": { "string_value": "7" } },
+            "sequence_batching": {
+                "max_sequence_idle_microseconds": "2500000",
+                "control_input": [
+                    { "name": "START", "control": [{ "kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1] }] },
+                    { "name": "END", "control": [{ "kind": "CONTROL_SEQUENCE_END", "int32_false_true": [0, 1] }] },
+                    { "name": "READY", "control": [{ "kind": "CONTROL_SEQUENCE_READY", "bool_false_true": [false, true] }] },
+                    { "name": "CORRID", "control": [{ "kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_STRING" }] }
+                ]
+            }
+        });
+        let s = Settings::from_config(&config, Path::new("/m")).unwrap();
+        let q = s.sequence.unwrap();
+        assert_eq!(
+            q.start.unwrap(),
+            Control {
+                name: "START".into(),
+                truth: Truth::Int32(1)
+            }
+        );
+        assert_eq!(q.ready.unwrap().truth, Truth::Bool(true));
+        assert_eq!(q.end.unwrap().name, "END");
+        assert_eq!(q.corrid, Some(("CORRID".into(), true)));
+        assert_eq!(q.limits.max_sequences, 7);
+        assert_eq!(
+            q.limits.idle_timeout,
+            std::time::Duration::from_micros(2_500_000)
+        );
+        assert!(Settings::from_config(&json!({}), Path::new("/m"))
+            .unwrap()
+            .sequence
+            .is_none());
     }
 
     #[test]

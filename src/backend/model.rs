@@ -7,12 +7,19 @@ use crate::error::Result;
 use crate::gallery::{gallery_images, validate_name, Gallery};
 use crate::pipeline::image::frame_from_encoded;
 use crate::pipeline::{Engine, Metric};
+use crate::sequence::Sequences;
+use crate::triton::metrics::Gauge;
 use crate::triton::{log, ModelHandle};
+use std::sync::Mutex;
 
 pub struct ModelState {
     pub name: String,
     pub settings: Settings,
     pub gallery: Gallery,
+    /// Sequence models: live per-correlation-ID state, shared by the instances.
+    pub sequences: Option<Mutex<Sequences>>,
+    /// `face_live_sequences{model=...}` on the metrics endpoint, when available.
+    pub live_gauge: Option<Gauge>,
 }
 
 /// The engine a model's settings ask for, with its weights loaded.
@@ -63,10 +70,31 @@ impl ModelState {
             settings.gallery_dir.display(),
             engine.metric().name(),
         ));
+        let sequences = settings.sequence.as_ref().map(|q| {
+            log::info(&format!(
+                "model '{name}': sequence state for up to {} sequences, {} frames kept per summary, \
+                 evicted after {} us idle",
+                q.limits.max_sequences,
+                q.limits.max_frames,
+                q.limits.idle_timeout.as_micros()
+            ));
+            Mutex::new(Sequences::new(q.limits))
+        });
+        let live_gauge = sequences.as_ref().and_then(|_| {
+            Gauge::new(
+                "face_live_sequences",
+                "Sequences with live state in the face backend",
+                &name,
+            )
+            .inspect_err(|e| log::warn(&format!("model '{name}': no live-sequence metric: {e}")))
+            .ok()
+        });
         Ok(ModelState {
             name,
             settings,
             gallery,
+            sequences,
+            live_gauge,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod error;
 pub mod guard;
 pub mod handles;
 pub mod log;
+pub mod metrics;
 pub mod request;
 pub mod response;
 mod state;

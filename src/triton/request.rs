@@ -12,6 +12,13 @@ use super::response::{self, BytesTensor};
 use super::{log, sys};
 use crate::error::{Error, Result};
 
+/// A sequence's correlation ID as Triton carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CorrelationId {
+    Int(u64),
+    Str(String),
+}
+
 pub struct Request {
     raw: *mut sys::TRITONBACKEND_Request,
     answered: bool,
@@ -66,6 +73,27 @@ impl Request {
         let mut flags = 0;
         call!(api.TRITONBACKEND_RequestFlags(self.raw, &mut flags))?;
         Ok(flags)
+    }
+
+    /// The correlation ID Triton attached (sequence models): an unsigned
+    /// integer, or a string when the client sent one. `None` when absent.
+    pub fn correlation_id(&self) -> Result<Option<CorrelationId>> {
+        let api = api()?;
+        let mut id = 0u64;
+        if call!(api.TRITONBACKEND_RequestCorrelationId(self.raw, &mut id)).is_ok() {
+            return Ok((id != 0).then_some(CorrelationId::Int(id)));
+        }
+        let mut text = ptr::null();
+        call!(api.TRITONBACKEND_RequestCorrelationIdString(self.raw, &mut text))?;
+        // SAFETY: NUL-terminated, valid while the request lives.
+        let text = if text.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok((!text.is_empty()).then_some(CorrelationId::Str(text)))
     }
 
     /// The request's ID as sent by the client ("" when none), for messages.

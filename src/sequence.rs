@@ -1,0 +1,434 @@
+//! Per-sequence state for stateful models (Triton's sequence batcher): one
+//! state per correlation ID, opened by START, dropped at END or when idle too
+//! long (Triton sends no signal on its own timeout). Faces are grouped into
+//! tracks by embedding; a track keeps a running centroid, not every
+//! embedding, and the summary keeps at most `max_frames` frames, so memory
+//! per sequence is bounded.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pipeline::{BoxPx, Metric};
+use crate::result::UNKNOWN;
+
+/// A correlation ID as the client sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum CorrId {
+    Int(u64),
+    Str(String),
+}
+
+impl fmt::Display for CorrId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CorrId::Int(n) => write!(f, "{n}"),
+            CorrId::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    pub max_sequences: usize,
+    pub max_frames: usize,
+    pub idle_timeout: Duration,
+}
+
+/// What the sequence code needs to know about one face of a frame.
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    pub embedding: &'a [f32],
+    /// Gallery match (None: unknown) and its distance.
+    pub name: Option<&'a str>,
+    pub distance: Option<f32>,
+    pub bbox: BoxPx,
+}
+
+struct Track {
+    id: u32,
+    centroid: Vec<f32>,
+    seen: u32,
+    votes: HashMap<String, u32>,
+    best_distance: Option<f32>,
+    frames: Vec<u64>,
+}
+
+struct KeptFrame {
+    faces: Vec<(String, BoxPx)>,
+}
+
+pub struct SequenceState {
+    frames: u64,
+    tracks: Vec<Track>,
+    kept: Vec<KeptFrame>,
+    last_seen: Instant,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Summary {
+    pub result: LegacyResult,
+    pub people: Vec<Person>,
+    pub frames: u64,
+}
+
+/// The original system's END format, kept so its clients still work.
+#[derive(Serialize, Debug)]
+pub struct LegacyResult {
+    pub image_count: usize,
+    pub image_infos: Vec<ImageInfo>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct ImageInfo {
+    pub face_count: usize,
+    pub face_infos: Vec<FaceInfo>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct FaceInfo {
+    pub name: String,
+    #[serde(rename = "box")]
+    pub bbox: LegacyBox,
+}
+
+#[derive(Serialize, Debug)]
+pub struct LegacyBox {
+    pub top: i64,
+    pub bottom: i64,
+    pub left: i64,
+    pub right: i64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Person {
+    pub track: u32,
+    pub name: String,
+    pub frames: Vec<u64>,
+    pub best_distance: Option<f32>,
+}
+
+impl SequenceState {
+    fn new(now: Instant) -> Self {
+        SequenceState {
+            frames: 0,
+            tracks: Vec::new(),
+            kept: Vec::new(),
+            last_seen: now,
+        }
+    }
+
+    /// Frames seen so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Record one frame; returns its number (0-based) and each face's track.
+    /// A face joins the nearest track within `threshold`; two faces of one
+    /// frame never share a track (closest pairs are matched first).
+    pub fn observe(
+        &mut self,
+        faces: &[Observed<'_>],
+        metric: Metric,
+        threshold: f32,
+        limits: &Limits,
+    ) -> (u64, Vec<u32>) {
+        let frame = self.frames;
+        self.frames += 1;
+        let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
+        for (fi, face) in faces.iter().enumerate() {
+            for (ti, track) in self.tracks.iter().enumerate() {
+                let d = metric.distance(&track.centroid, face.embedding);
+                if d <= threshold {
+                    pairs.push((d, fi, ti));
+                }
+            }
+        }
+        pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut face_track: Vec<Option<usize>> = vec![None; faces.len()];
+        let mut taken = vec![false; self.tracks.len()];
+        for (_, fi, ti) in pairs {
+            if face_track[fi].is_none() && !taken[ti] {
+                face_track[fi] = Some(ti);
+                taken[ti] = true;
+            }
+        }
+        let mut ids = Vec::with_capacity(faces.len());
+        for (face, assigned) in faces.iter().zip(face_track) {
+            let ti = assigned.unwrap_or_else(|| {
+                self.tracks.push(Track {
+                    id: self.tracks.len() as u32,
+                    centroid: vec![0.0; face.embedding.len()],
+                    seen: 0,
+                    votes: HashMap::new(),
+                    best_distance: None,
+                    frames: Vec::new(),
+                });
+                self.tracks.len() - 1
+            });
+            let track = &mut self.tracks[ti];
+            track.seen += 1;
+            let n = track.seen as f32;
+            for (c, e) in track.centroid.iter_mut().zip(face.embedding) {
+                *c += (e - *c) / n;
+            }
+            *track
+                .votes
+                .entry(face.name.unwrap_or(UNKNOWN).to_string())
+                .or_default() += 1;
+            if face.name.is_some() {
+                track.best_distance = match (track.best_distance, face.distance) {
+                    (Some(b), Some(d)) => Some(b.min(d)),
+                    (b, d) => b.or(d),
+                };
+            }
+            if track.frames.len() < limits.max_frames {
+                track.frames.push(frame);
+            }
+            ids.push(track.id);
+        }
+        if self.kept.len() < limits.max_frames {
+            self.kept.push(KeptFrame {
+                faces: faces
+                    .iter()
+                    .map(|f| (f.name.unwrap_or(UNKNOWN).to_string(), f.bbox))
+                    .collect(),
+            });
+        }
+        (frame, ids)
+    }
+
+    pub fn summary(&self) -> Summary {
+        let image_infos: Vec<ImageInfo> = self
+            .kept
+            .iter()
+            .map(|k| ImageInfo {
+                face_count: k.faces.len(),
+                face_infos: k
+                    .faces
+                    .iter()
+                    .map(|(name, b)| FaceInfo {
+                        name: name.clone(),
+                        bbox: LegacyBox {
+                            top: b.top.round() as i64,
+                            bottom: b.bottom.round() as i64,
+                            left: b.left.round() as i64,
+                            right: b.right.round() as i64,
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        Summary {
+            result: LegacyResult {
+                image_count: image_infos.len(),
+                image_infos,
+            },
+            people: self
+                .tracks
+                .iter()
+                .map(|t| Person {
+                    track: t.id,
+                    name: majority(&t.votes),
+                    frames: t.frames.clone(),
+                    best_distance: t.best_distance,
+                })
+                .collect(),
+            frames: self.frames,
+        }
+    }
+}
+
+/// The most frequent name; ties go to a known name, then alphabetical order.
+fn majority(votes: &HashMap<String, u32>) -> String {
+    votes
+        .iter()
+        .max_by(|a, b| {
+            a.1.cmp(b.1)
+                .then_with(|| (b.0 == UNKNOWN).cmp(&(a.0 == UNKNOWN)))
+                .then_with(|| b.0.cmp(a.0))
+        })
+        .map(|(n, _)| n.clone())
+        .unwrap_or_else(|| UNKNOWN.to_string())
+}
+
+/// All live sequences of a model.
+pub struct Sequences {
+    live: HashMap<CorrId, SequenceState>,
+    limits: Limits,
+}
+
+impl Sequences {
+    pub fn new(limits: Limits) -> Self {
+        Sequences {
+            live: HashMap::new(),
+            limits,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Drop sequences idle longer than the timeout; returns how many.
+    pub fn evict_idle(&mut self, now: Instant) -> usize {
+        let timeout = self.limits.idle_timeout;
+        let before = self.live.len();
+        self.live
+            .retain(|_, s| now.saturating_duration_since(s.last_seen) <= timeout);
+        before - self.live.len()
+    }
+
+    /// Open (or restart) the state of `id`.
+    pub fn start(&mut self, id: &CorrId, now: Instant) -> Result<&mut SequenceState> {
+        if !self.live.contains_key(id) && self.live.len() >= self.limits.max_sequences {
+            self.evict_idle(now);
+            if self.live.len() >= self.limits.max_sequences {
+                return Err(Error::unavailable(format!(
+                    "cannot start sequence {id}: {} sequences are live, the limit is max_sequences = {}",
+                    self.live.len(),
+                    self.limits.max_sequences
+                )));
+            }
+        }
+        self.live.insert(id.clone(), SequenceState::new(now));
+        Ok(self.live.get_mut(id).expect("just inserted"))
+    }
+
+    /// The live state of `id`, touched as used now.
+    pub fn get(&mut self, id: &CorrId, now: Instant) -> Result<&mut SequenceState> {
+        let state = self.live.get_mut(id).ok_or_else(|| {
+            Error::invalid(format!(
+                "sequence {id} has no live state: start it with START (it may have ended or been \
+                 evicted after being idle longer than max_sequence_idle_microseconds)"
+            ))
+        })?;
+        state.last_seen = now;
+        Ok(state)
+    }
+
+    /// Close `id`, returning its state.
+    pub fn end(&mut self, id: &CorrId) -> Option<SequenceState> {
+        self.live.remove(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_sequences: 2,
+        max_frames: 3,
+        idle_timeout: Duration::from_secs(10),
+    };
+
+    fn bx() -> BoxPx {
+        BoxPx {
+            left: 1.0,
+            top: 2.0,
+            right: 3.0,
+            bottom: 4.0,
+        }
+    }
+
+    fn face<'a>(e: &'a [f32], name: Option<&'a str>) -> Observed<'a> {
+        Observed {
+            embedding: e,
+            name,
+            distance: name.map(|_| 0.3),
+            bbox: bx(),
+        }
+    }
+
+    #[test]
+    fn tracks_follow_faces_and_never_share_a_frame() {
+        let mut s = SequenceState::new(Instant::now());
+        let (a, b) = ([0.0, 0.0], [5.0, 0.0]);
+        let (f0, t0) = s.observe(&[face(&a, Some("obama"))], Metric::Euclidean, 0.6, &LIMITS);
+        assert_eq!((f0, t0), (0, vec![0]));
+        let (_, t1) = s.observe(
+            &[face(&b, Some("biden")), face(&[0.1, 0.0], None)],
+            Metric::Euclidean,
+            0.6,
+            &LIMITS,
+        );
+        assert_eq!(t1, vec![1, 0]);
+        // Two faces both near track 0: only the closer joins it.
+        let (_, t2) = s.observe(
+            &[face(&[0.3, 0.0], None), face(&[0.05, 0.0], Some("obama"))],
+            Metric::Euclidean,
+            0.6,
+            &LIMITS,
+        );
+        assert_eq!(t2, vec![2, 0]);
+        let sum = s.summary();
+        assert_eq!(sum.frames, 3);
+        assert_eq!(sum.result.image_count, 3);
+        assert_eq!(sum.result.image_infos[1].face_count, 2);
+        assert_eq!(sum.people[0].name, "obama"); // 2 obama votes, 1 unknown
+        assert_eq!(sum.people[0].frames, vec![0, 1, 2]);
+        assert_eq!(sum.people[1].name, "biden");
+        assert_eq!(sum.people[2].name, UNKNOWN);
+        assert_eq!(sum.people[2].best_distance, None);
+    }
+
+    #[test]
+    fn summary_is_capped() {
+        let mut s = SequenceState::new(Instant::now());
+        for _ in 0..10 {
+            s.observe(&[face(&[0.0], None)], Metric::Euclidean, 0.6, &LIMITS);
+        }
+        let sum = s.summary();
+        assert_eq!(sum.frames, 10);
+        assert_eq!(sum.result.image_count, 3);
+        assert_eq!(sum.people[0].frames.len(), 3);
+    }
+
+    #[test]
+    fn majority_prefers_known_on_ties() {
+        let votes = HashMap::from([("unknown".to_string(), 2), ("obama".to_string(), 2)]);
+        assert_eq!(majority(&votes), "obama");
+        let votes = HashMap::from([("unknown".to_string(), 3), ("obama".to_string(), 2)]);
+        assert_eq!(majority(&votes), "unknown");
+    }
+
+    #[test]
+    fn lifecycle_limits_and_eviction() {
+        let t0 = Instant::now();
+        let mut seqs = Sequences::new(LIMITS);
+        let (a, b, c) = (CorrId::Int(1), CorrId::Str("cam-2".into()), CorrId::Int(3));
+        let e = seqs.get(&a, t0).err().unwrap();
+        assert!(e.message().contains("sequence 1"));
+        seqs.start(&a, t0).unwrap();
+        seqs.start(&b, t0).unwrap();
+        let e = seqs.start(&c, t0).err().unwrap();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Unavailable);
+        // Restarting a live ID is allowed at the limit and resets it.
+        seqs.get(&a, t0)
+            .unwrap()
+            .observe(&[], Metric::Euclidean, 0.6, &LIMITS);
+        assert_eq!(seqs.start(&a, t0).unwrap().frames(), 0);
+        // Idle ones are evicted to make room.
+        let later = t0 + Duration::from_secs(11);
+        seqs.get(&b, later).unwrap();
+        seqs.start(&c, later).unwrap();
+        assert!(seqs.get(&a, later).is_err());
+        assert!(seqs.end(&b).is_some());
+        assert!(seqs.end(&b).is_none());
+        assert_eq!(seqs.evict_idle(later + Duration::from_secs(11)), 1);
+        assert!(seqs.is_empty());
+    }
+}

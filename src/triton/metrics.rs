@@ -1,0 +1,96 @@
+//! Custom gauges on Triton's metrics endpoint (`/metrics`), labelled by model.
+
+use std::ffi::CString;
+use std::ptr;
+use std::sync::OnceLock;
+
+use super::error::{api, call};
+use super::sys;
+use crate::error::{Error, Result};
+
+struct Family(*mut sys::TRITONSERVER_MetricFamily);
+// SAFETY: the server's metric objects are internally synchronized.
+unsafe impl Send for Family {}
+unsafe impl Sync for Family {}
+
+/// One gauge of a process-wide family. Families are created once per process
+/// and kept: Triton refuses a second family of the same name.
+pub struct Gauge(*mut sys::TRITONSERVER_Metric);
+// SAFETY: as above; `set` is a thread-safe server call.
+unsafe impl Send for Gauge {}
+unsafe impl Sync for Gauge {}
+
+fn family(
+    name: &'static str,
+    description: &'static str,
+) -> Result<*mut sys::TRITONSERVER_MetricFamily> {
+    static FAMILIES: OnceLock<std::sync::Mutex<Vec<(&'static str, Result<Family>)>>> =
+        OnceLock::new();
+    let mut families = FAMILIES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = families.iter().find(|(n, _)| *n == name) {
+        return f.as_ref().map(|f| f.0).map_err(Clone::clone);
+    }
+    let created = (|| {
+        let api = api()?;
+        let (c_name, c_desc) = (cstr(name)?, cstr(description)?);
+        let mut family = ptr::null_mut();
+        call!(api.TRITONSERVER_MetricFamilyNew(
+            &mut family,
+            sys::TRITONSERVER_METRIC_KIND_GAUGE,
+            c_name.as_ptr(),
+            c_desc.as_ptr()
+        ))?;
+        Ok(Family(family))
+    })();
+    let out = created.as_ref().map(|f| f.0).map_err(Clone::clone);
+    families.push((name, created));
+    out
+}
+
+fn cstr(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::internal("metric text contains NUL"))
+}
+
+impl Gauge {
+    /// The gauge `name{model="<model>"}`.
+    pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Gauge> {
+        let family = family(name, description)?;
+        let api = api()?;
+        let (key, value) = (cstr("model")?, cstr(model)?);
+        // SAFETY: valid C strings; the server copies them into the parameter.
+        let label = unsafe {
+            api.TRITONSERVER_ParameterNew(
+                key.as_ptr(),
+                sys::TRITONSERVER_PARAMETER_STRING,
+                value.as_ptr().cast(),
+            )
+        };
+        if label.is_null() {
+            return Err(Error::internal("cannot create a metric label"));
+        }
+        let labels = [label as *const sys::TRITONSERVER_Parameter];
+        let mut metric = ptr::null_mut();
+        let made =
+            call!(api.TRITONSERVER_MetricNew(&mut metric, family, labels.as_ptr() as *mut _, 1));
+        // SAFETY: the label is ours and no longer needed once the metric exists.
+        unsafe { api.TRITONSERVER_ParameterDelete(label) };
+        made.map(|()| Gauge(metric))
+    }
+
+    pub fn set(&self, value: f64) {
+        if let Ok(api) = api() {
+            let _ = call!(api.TRITONSERVER_MetricSet(self.0, value));
+        }
+    }
+}
+
+impl Drop for Gauge {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            let _ = call!(api.TRITONSERVER_MetricDelete(self.0));
+        }
+    }
+}
