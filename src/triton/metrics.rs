@@ -20,12 +20,15 @@ pub struct Gauge(*mut sys::TRITONSERVER_Metric);
 unsafe impl Send for Gauge {}
 unsafe impl Sync for Gauge {}
 
+/// Families made so far in this process, by name (creation errors too, so a
+/// refused family is not retried on every model load).
+type Families = std::sync::Mutex<Vec<(&'static str, Result<Family>)>>;
+
 fn family(
     name: &'static str,
     description: &'static str,
 ) -> Result<*mut sys::TRITONSERVER_MetricFamily> {
-    static FAMILIES: OnceLock<std::sync::Mutex<Vec<(&'static str, Result<Family>)>>> =
-        OnceLock::new();
+    static FAMILIES: OnceLock<Families> = OnceLock::new();
     let mut families = FAMILIES
         .get_or_init(Default::default)
         .lock()
