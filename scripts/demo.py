@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Demo client for the `face` model: enroll a person, recognize people in the
 sample photos, print each JSON answer and save a copy of each photo with the
-boxes and names drawn (out/<photo>).
+boxes and names drawn (out/<photo>); then one sequence on `face_sequence`.
 
     python scripts/demo.py --url localhost:8000 --photos assets/photos --out out
 """
@@ -16,17 +16,33 @@ import tritonclient.http as httpclient
 from PIL import Image, ImageDraw, ImageFont
 
 
-def infer(client, model, photo, enroll=None):
-    """One request: the photo's encoded bytes (and ENROLL when given) -> the JSON document."""
-    image = httpclient.InferInput("ENCODED", [1, 1], "BYTES")
-    image.set_data_from_numpy(np.array([[photo.read_bytes()]], dtype=object))
-    inputs = [image]
+def bytes_input(name, value):
+    tensor = httpclient.InferInput(name, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=object))
+    return tensor
+
+
+def infer(client, model, photo=None, enroll=None, **sequence):
+    """One request: the photo's encoded bytes (and ENROLL when given) -> the JSON
+    document. `sequence` passes sequence_id / sequence_start / sequence_end."""
+    inputs = [bytes_input("ENCODED", photo.read_bytes())] if photo else []
     if enroll is not None:
-        name = httpclient.InferInput("ENROLL", [1, 1], "BYTES")
-        name.set_data_from_numpy(np.array([[enroll.encode()]], dtype=object))
-        inputs.append(name)
-    result = client.infer(model, inputs, outputs=[httpclient.InferRequestedOutput("RESULT")])
+        inputs.append(bytes_input("ENROLL", enroll.encode()))
+    result = client.infer(model, inputs, outputs=[httpclient.InferRequestedOutput("RESULT")], **sequence)
     return json.loads(result.as_numpy("RESULT")[0][0])
+
+
+def run_sequence(client, model, photos, names, sequence_id=42):
+    """One stateful sequence: START with the first photo, one request per
+    photo, then END without a frame, which answers with the summary."""
+    print(f"== sequence {sequence_id} on {model}: {', '.join(names)}")
+    for i, name in enumerate(names):
+        doc = infer(client, model, photos / name, sequence_id=sequence_id, sequence_start=(i == 0))
+        faces = ", ".join(f'{f["name"]} (track {f["track"]})' for f in doc["faces"]) or "no face"
+        print(f"   frame {doc['sequence']['frame']} {name}: {faces}")
+    doc = infer(client, model, sequence_id=sequence_id, sequence_end=True)
+    print("== END answer (summary)")
+    print(pretty(doc))
 
 
 def pretty(doc):
@@ -67,6 +83,8 @@ def main():
     ap.add_argument("--enroll-name", default="obama")
     ap.add_argument("--enroll-photo", default="obama.jpg")
     ap.add_argument("--recognize", nargs="*", default=["obama2.jpg", "obama3.jpg", "biden.jpg", "noface.jpg"])
+    ap.add_argument("--sequence-model", default="face_sequence", help="stateful model ('' to skip)")
+    ap.add_argument("--sequence", nargs="*", default=["obama2.jpg", "biden.jpg", "obama3.jpg", "noface.jpg"])
     args = ap.parse_args()
 
     client = httpclient.InferenceServerClient(args.url)
@@ -85,6 +103,9 @@ def main():
         print(f"== {name}: {people}")
         print(pretty(doc))
         print(f"   drawn: {draw(photo, doc, args.out)}")
+
+    if args.sequence_model:
+        run_sequence(client, args.sequence_model, args.photos, args.sequence)
 
 
 if __name__ == "__main__":
