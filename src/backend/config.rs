@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::engine::dlib::DetectorKind;
+use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
@@ -14,6 +15,7 @@ use crate::sequence::Limits;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
     Dlib,
+    Onnx,
 }
 
 #[derive(Clone, Debug)]
@@ -34,6 +36,8 @@ pub struct Settings {
     pub batched: bool,
     /// Present when the model uses Triton's sequence batcher.
     pub sequence: Option<SequenceConfig>,
+    /// The ONNX engine's models and pre-processing (used when engine = onnx).
+    pub onnx: OnnxSettings,
 }
 
 /// How a stateful model receives its sequence controls, from the config's
@@ -74,6 +78,22 @@ pub const PARAMETERS: &[(&str, &str)] = &[
     ("max_faces_per_image", "64"),
     ("max_gallery_size", "10000"),
     ("return_embeddings", "false"),
+    (
+        "detector_model",
+        "(onnx) detector.onnx, relative to the version folder",
+    ),
+    ("landmark_model", "(onnx) none"),
+    ("embedder_model", "(onnx) embedder.onnx"),
+    ("detector_family", "(onnx) ultraface"),
+    ("detector_input_size", "(onnx) from the model, e.g. 320x240"),
+    ("detector_mean", "(onnx) 127"),
+    ("detector_scale", "(onnx) 0.0078125"),
+    ("detector_channels", "(onnx) RGB"),
+    ("detector_threshold", "(onnx) 0.7"),
+    ("nms_iou", "(onnx) 0.3"),
+    ("embedder_mean", "(onnx) 127"),
+    ("embedder_scale", "(onnx) 0.0078125"),
+    ("embedder_channels", "(onnx) BGR"),
     ("max_sequences", "1024 (sequence models)"),
     ("max_frames_per_sequence", "1000 (sequence models)"),
 ];
@@ -170,6 +190,32 @@ fn bad(key: &str, value: &str, expected: &str) -> Error {
     ))
 }
 
+fn parse_number(key: &str, v: &str) -> Result<f32> {
+    v.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|n| n.is_finite())
+        .ok_or_else(|| bad(key, v, "a number"))
+}
+
+fn parse_channels(key: &str, v: &str) -> Result<bool> {
+    PixelFormat::parse(v)
+        .map(|f| f == PixelFormat::Rgb)
+        .ok_or_else(|| bad(key, v, "\"RGB\" or \"BGR\""))
+}
+
+/// "320x240" -> (320, 240).
+fn parse_size(key: &str, v: &str) -> Result<(usize, usize)> {
+    let (w, h) = v
+        .trim()
+        .split_once(['x', 'X'])
+        .ok_or_else(|| bad(key, v, "WIDTHxHEIGHT"))?;
+    match (w.parse::<usize>(), h.parse::<usize>()) {
+        (Ok(w), Ok(h)) if w > 0 && h > 0 => Ok((w, h)),
+        _ => Err(bad(key, v, "WIDTHxHEIGHT")),
+    }
+}
+
 fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(key: &str, v: &str) -> Result<T> {
     match v.trim().parse::<T>() {
         Ok(n) if n > T::default() => Ok(n),
@@ -193,7 +239,9 @@ fn parameters(config: &Value) -> Result<Vec<(String, String)>> {
 }
 
 impl Settings {
-    pub fn from_config(config: &Value, model_dir: &Path) -> Result<Self> {
+    /// `model_dir` holds config.pbtxt; `version_dir` is the version folder
+    /// that ONNX model paths are relative to.
+    pub fn from_config(config: &Value, model_dir: &Path, version_dir: &Path) -> Result<Self> {
         let mut s = Settings {
             engine: EngineKind::Dlib,
             detector: DetectorKind::Hog,
@@ -211,6 +259,7 @@ impl Settings {
                 .unwrap_or(0)
                 > 0,
             sequence: None,
+            onnx: OnnxSettings::defaults(version_dir),
         };
         let mut limits = Limits {
             max_sequences: 1024,
@@ -223,7 +272,8 @@ impl Settings {
                 "engine" => {
                     s.engine = match value.to_ascii_lowercase().as_str() {
                         "dlib" => EngineKind::Dlib,
-                        _ => return Err(bad(&key, value, "\"dlib\"")),
+                        "onnx" => EngineKind::Onnx,
+                        _ => return Err(bad(&key, value, "\"dlib\" or \"onnx\"")),
                     }
                 }
                 "detector" => {
@@ -240,6 +290,27 @@ impl Settings {
                 "max_image_pixels" => s.max_image_pixels = parse_positive(&key, value)?,
                 "max_faces_per_image" => s.max_faces_per_image = parse_positive(&key, value)?,
                 "max_gallery_size" => s.max_gallery_size = parse_positive(&key, value)?,
+                "detector_model" => s.onnx.detector_model = version_dir.join(value),
+                "landmark_model" => s.onnx.landmark_model = Some(version_dir.join(value)),
+                "embedder_model" => s.onnx.embedder_model = version_dir.join(value),
+                "detector_family" => {
+                    if !value.eq_ignore_ascii_case("ultraface") {
+                        return Err(bad(
+                            &key,
+                            value,
+                            "\"ultraface\" (UltraFace / RFB detectors)",
+                        ));
+                    }
+                }
+                "detector_input_size" => s.onnx.detector_size = Some(parse_size(&key, value)?),
+                "detector_mean" => s.onnx.detector_norm.mean = parse_number(&key, value)?,
+                "detector_scale" => s.onnx.detector_norm.scale = parse_number(&key, value)?,
+                "detector_channels" => s.onnx.detector_norm.rgb = parse_channels(&key, value)?,
+                "detector_threshold" => s.onnx.score_threshold = parse_positive(&key, value)?,
+                "nms_iou" => s.onnx.nms_iou = parse_positive(&key, value)?,
+                "embedder_mean" => s.onnx.embedder_norm.mean = parse_number(&key, value)?,
+                "embedder_scale" => s.onnx.embedder_norm.scale = parse_number(&key, value)?,
+                "embedder_channels" => s.onnx.embedder_norm.rgb = parse_channels(&key, value)?,
                 "max_sequences" => limits.max_sequences = parse_positive(&key, value)?,
                 "max_frames_per_sequence" => limits.max_frames = parse_positive(&key, value)?,
                 "return_embeddings" => {
@@ -286,7 +357,7 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let s = Settings::from_config(&json!({}), Path::new("/m")).unwrap();
+        let s = Settings::from_config(&json!({}), Path::new("/m"), Path::new("/m/1")).unwrap();
         assert_eq!(s.weights_dir, Path::new("/m/weights"));
         assert_eq!(s.gallery_dir, Path::new("/m/gallery"));
         assert_eq!(s.detector, DetectorKind::Hog);
@@ -308,6 +379,7 @@ mod tests {
                 ("max_faces_per_image", "3"),
             ]),
             Path::new("/m"),
+            Path::new("/m/1"),
         )
         .unwrap();
         assert_eq!(s.detector, DetectorKind::Cnn);
@@ -317,6 +389,41 @@ mod tests {
         assert_eq!(s.match_threshold, Some(0.5));
         assert!(s.return_embeddings && s.batched);
         assert_eq!(s.max_faces_per_image, 3);
+    }
+
+    #[test]
+    fn onnx_engine_parameters() {
+        let s = Settings::from_config(
+            &params(&[
+                ("engine", "onnx"),
+                ("detector_model", "det.onnx"),
+                ("landmark_model", "lm.onnx"),
+                ("embedder_model", "/abs/emb.onnx"),
+                ("detector_input_size", "640x480"),
+                ("embedder_channels", "rgb"),
+                ("detector_threshold", "0.5"),
+            ]),
+            Path::new("/m"),
+            Path::new("/m/1"),
+        )
+        .unwrap();
+        assert_eq!(s.engine, EngineKind::Onnx);
+        assert_eq!(s.onnx.detector_model, Path::new("/m/1/det.onnx"));
+        assert_eq!(
+            s.onnx.landmark_model.as_deref(),
+            Some(Path::new("/m/1/lm.onnx"))
+        );
+        assert_eq!(s.onnx.embedder_model, Path::new("/abs/emb.onnx"));
+        assert_eq!(s.onnx.detector_size, Some((640, 480)));
+        assert!(s.onnx.embedder_norm.rgb && s.onnx.detector_norm.rgb);
+        assert_eq!(s.onnx.score_threshold, 0.5);
+        let e = Settings::from_config(
+            &params(&[("detector_input_size", "big")]),
+            Path::new("/m"),
+            Path::new("/m/1"),
+        )
+        .unwrap_err();
+        assert!(e.message().contains("detector_input_size"));
     }
 
     #[test]
@@ -334,7 +441,7 @@ mod tests {
                 ]
             }
         });
-        let s = Settings::from_config(&config, Path::new("/m")).unwrap();
+        let s = Settings::from_config(&config, Path::new("/m"), Path::new("/m/1")).unwrap();
         let q = s.sequence.unwrap();
         assert_eq!(
             q.start.unwrap(),
@@ -351,10 +458,12 @@ mod tests {
             q.limits.idle_timeout,
             std::time::Duration::from_micros(2_500_000)
         );
-        assert!(Settings::from_config(&json!({}), Path::new("/m"))
-            .unwrap()
-            .sequence
-            .is_none());
+        assert!(
+            Settings::from_config(&json!({}), Path::new("/m"), Path::new("/m/1"))
+                .unwrap()
+                .sequence
+                .is_none()
+        );
     }
 
     #[test]
@@ -369,7 +478,8 @@ mod tests {
             ("engine", "magic"),
             ("colour", "red"),
         ] {
-            let e = Settings::from_config(&params(&[(k, v)]), Path::new("/m")).unwrap_err();
+            let e = Settings::from_config(&params(&[(k, v)]), Path::new("/m"), Path::new("/m/1"))
+                .unwrap_err();
             assert!(e.message().contains(k), "{k}: {e}");
             assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput);
         }

@@ -137,6 +137,13 @@ impl Engine for DlibEngine {
     fn metric(&self) -> Metric {
         Metric::Euclidean
     }
+    fn describe(&self) -> String {
+        let detector = match self.detector {
+            Detector::Hog(_) => "HOG",
+            Detector::Cnn(_) => "MMOD CNN",
+        };
+        format!("dlib ({detector} detector, 5-point landmarks, ResNet 128-d embedder)")
+    }
     fn embedding_len(&self) -> usize {
         128
     }

@@ -1,6 +1,7 @@
 //! Face engines behind `pipeline::Engine`. They know nothing of Triton.
 
 pub mod dlib;
+pub mod onnx;
 
 use std::path::Path;
 

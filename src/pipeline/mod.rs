@@ -2,6 +2,7 @@
 //! `image` turns client bytes into frames (OpenCV); engines implement
 //! `Engine` (detect, landmarks, embed) and are swappable.
 
+pub mod align;
 pub mod image;
 
 use crate::error::Result;
@@ -59,7 +60,8 @@ impl Metric {
                 if na == 0.0 || nb == 0.0 {
                     1.0
                 } else {
-                    1.0 - dot / (na * nb)
+                    // Rounding can push a face's distance to itself just below 0.
+                    (1.0 - dot / (na * nb)).max(0.0)
                 }
             }
         }
@@ -79,6 +81,8 @@ pub trait Engine: Send {
     /// Short name for logs and the gallery store ("dlib", "onnx").
     fn name(&self) -> &str;
     fn metric(&self) -> Metric;
+    /// One line for the logs: the engine and what it loaded.
+    fn describe(&self) -> String;
     /// Length of the embeddings it produces.
     fn embedding_len(&self) -> usize;
     /// Detect and embed the faces of every frame, batching work across frames
