@@ -12,8 +12,8 @@ use crate::pipeline::image::{frame_from_encoded, frame_from_pixels};
 use crate::pipeline::{Face, Frame};
 use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
 use crate::sequence::{CorrId, Observed, Sequences};
-use crate::triton::request::decode_bytes_tensor;
 use crate::triton::request::CorrelationId;
+use crate::triton::request::{decode_bytes_tensor, first_bytes_element};
 use crate::triton::time::{now_ns, ExecTimes};
 use crate::triton::{guard, log, sys, BytesTensor, Input, InstanceHandle, Request};
 use std::time::Instant;
@@ -423,13 +423,15 @@ fn read_corrid(request: &Request, name: &str, string: bool) -> Result<Option<Cor
     let Some(input) = request.input(name)? else {
         return Ok(None);
     };
+    let data = input.host_bytes()?;
     if string {
-        let first = read_strings(&input)?.into_iter().next();
+        // Triton hands string CORRIDs over in a fixed-size buffer (length
+        // prefix, the id, then padding), so only the first element counts.
+        let first = first_bytes_element(&data)?;
         return Ok(first
             .filter(|b| !b.is_empty())
-            .map(|b| CorrId::Str(String::from_utf8_lossy(&b).into_owned())));
+            .map(|b| CorrId::Str(String::from_utf8_lossy(b).into_owned())));
     }
-    let data = input.host_bytes()?;
     let width = match input.datatype {
         sys::TRITONSERVER_TYPE_UINT64 | sys::TRITONSERVER_TYPE_INT64 => 8,
         sys::TRITONSERVER_TYPE_UINT32 | sys::TRITONSERVER_TYPE_INT32 => 4,

@@ -257,10 +257,34 @@ pub fn decode_bytes_tensor(data: &[u8]) -> Result<Vec<&[u8]>> {
     Ok(out)
 }
 
+/// The first element of a BYTES tensor, ignoring whatever follows it (Triton
+/// pads string control tensors to a fixed size).
+pub fn first_bytes_element(data: &[u8]) -> Result<Option<&[u8]>> {
+    let Some(prefix) = data.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    data.get(4..4 + len).map(Some).ok_or_else(|| {
+        Error::invalid(format!(
+            "malformed BYTES tensor: element of {len} bytes but only {} left",
+            data.len() - 4
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::triton::response::encode_bytes_tensor;
+
+    #[test]
+    fn first_element_ignores_padding() {
+        let mut data = encode_bytes_tensor(&[b"seq-a".as_slice()]);
+        data.extend_from_slice(&[0xAB; 120]);
+        assert_eq!(first_bytes_element(&data).unwrap(), Some(&b"seq-a"[..]));
+        assert_eq!(first_bytes_element(&[]).unwrap(), None);
+        assert!(first_bytes_element(&[9, 0, 0, 0, b'x']).is_err());
+    }
 
     #[test]
     fn bytes_round_trip() {
