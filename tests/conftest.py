@@ -8,7 +8,8 @@
   `server` (see test_limits.py) and keep using `http` / `grpc`.
 - `start_server(params=..., gallery=...)`: function-scoped factory for tests that need their own
   config, gallery or restarts; every server it made is stopped after the test, pass or fail.
-  `start_module_server` is the same with module lifetime.
+  `start_module_server` is the same with module lifetime. Both pass further keywords to
+  TritonServer: `model="face_sequence"`, `config_edits=[(regex, replacement)]`, `metrics=True`.
 When a test fails, the tail of each running server's log is attached to its report.
 """
 
@@ -44,9 +45,14 @@ def probe(photos) -> bytes:
 def _server_factory(suite_env, tmp_path_factory, prefix):
     started: list[TritonServer] = []
 
-    def start(params=None, gallery=None, extra_args=()) -> TritonServer:
+    def start(params=None, gallery=None, extra_args=(), **options) -> TritonServer:
         root = tmp_path_factory.mktemp(prefix)  # numbered: prefix0, prefix1, ...
-        server = TritonServer(suite_env, root, params=params, gallery=gallery, extra_args=extra_args)
+        try:
+            server = TritonServer(
+                suite_env, root, params=params, gallery=gallery, extra_args=extra_args, **options
+            )
+        except MissingAsset as missing:  # e.g. no model_repository/<model>/config.pbtxt
+            pytest.fail(str(missing), pytrace=False)
         started.append(server)
         return server.start()
 

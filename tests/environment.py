@@ -16,7 +16,8 @@ import numpy as np
 from PIL import Image
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODEL_CONFIG = REPO_ROOT / "model_repository" / "face" / "config.pbtxt"
+MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+MODEL_CONFIG = MODEL_REPOSITORY / "face" / "config.pbtxt"
 SCHEMA_PATH = REPO_ROOT / "schema" / "result.schema.json"
 
 WEIGHT_FILES = (
@@ -47,6 +48,13 @@ class SuiteEnv:
     photos: Path
     backend_lib: Path
     model_config: Path = MODEL_CONFIG
+
+    def config_of(self, model: str) -> Path:
+        """config.pbtxt of a model of model_repository/ (`face`: model_config)."""
+        path = self.model_config if model == "face" else MODEL_REPOSITORY / model / "config.pbtxt"
+        if not path.is_file():
+            raise MissingAsset(f"model config not found at {path}")
+        return path
 
 
 def _default_tritonserver() -> Path | None:
@@ -169,4 +177,9 @@ DERIVED = {
     "obama2.webp": _reencoded("obama2.jpg"),
     "obama2_gray.jpg": _reencoded("obama2.jpg", "L"),
     "obama_half.jpg": _reencoded("obama.jpg", scale=0.5),
+    # Small copies (under 0.4 megapixels) for the sequence tests, which send many frames.
+    "obama2_small.jpg": _reencoded("obama2.jpg", scale=0.5),
+    "obama3_small.jpg": _reencoded("obama3.jpg", scale=0.25),
+    "biden_small.jpg": _reencoded("biden.jpg", scale=0.3),
+    "biden_smaller.jpg": _reencoded("biden.jpg", scale=0.2),
 }

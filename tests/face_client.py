@@ -1,7 +1,9 @@
 """Talking to the `face` model with the real Triton clients (HTTP or gRPC, same helpers).
 
 Requests are dicts {input name: numpy array}; every successful RESULT document is parsed and
-validated against schema/result.schema.json before a test sees it.
+validated against schema/result.schema.json before a test sees it. The helpers talk to the `face`
+model unless given `model=`; further keywords (sequence_id=, sequence_start=, sequence_end=, ...)
+go to the client's infer call. `sequence_infer` is one step of a `face_sequence` sequence.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from environment import SCHEMA_PATH
 
 MODEL = "face"
+SEQUENCE_MODEL = "face_sequence"
 MATCH_THRESHOLD = 0.6
-# INVALID_ARG as the HTTP and the gRPC client report it.
+# INVALID_ARG and UNAVAILABLE as the HTTP and the gRPC client report them.
 INVALID_ARGUMENT = {"400", "StatusCode.INVALID_ARGUMENT"}
+UNAVAILABLE = {"503", "StatusCode.UNAVAILABLE"}
 
 Tensors = dict[str, np.ndarray]
 
@@ -73,9 +77,9 @@ def build_request(client, tensors: Tensors):
     return inputs, [protocol.InferRequestedOutput("RESULT")]
 
 
-def infer(client, tensors: Tensors) -> list[dict]:
+def infer(client, tensors: Tensors, model: str = MODEL, **options) -> list[dict]:
     inputs, outputs = build_request(client, tensors)
-    return parse_results(client.infer(MODEL, inputs, outputs=outputs))
+    return parse_results(client.infer(model, inputs, outputs=outputs, **options))
 
 
 def infer_encoded(client, items: Sequence[bytes | Path], enroll=None) -> list[dict]:
@@ -86,19 +90,41 @@ def infer_pixels(client, images, enroll=None) -> list[dict]:
     return infer(client, pixel_tensors(images, enroll))
 
 
-def submit(client: httpclient.InferenceServerClient, tensors: Tensors):
+def submit(
+    client: httpclient.InferenceServerClient, tensors: Tensors, model: str = MODEL, **options
+):
     """Send without waiting (HTTP client, up to its `concurrency` in flight); see collect()."""
     inputs, outputs = build_request(client, tensors)
-    return client.async_infer(MODEL, inputs, outputs=outputs)
+    return client.async_infer(model, inputs, outputs=outputs, **options)
 
 
 def collect(pending) -> list[dict]:
     return parse_results(pending.get_result())
 
 
-def model_counts(client) -> tuple[int, int]:
+def sequence_request(sequence_id, start: bool = False, end: bool = False) -> dict:
+    """The sequence keywords of client.infer / async_infer / async_stream_infer."""
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
+
+
+def sequence_infer(
+    client, sequence_id, tensors: Tensors | None = None, start=False, end=False,
+    model: str = SEQUENCE_MODEL,
+) -> dict:
+    """One step of a sequence: a frame (`tensors`, one image) or none (START / END only)."""
+    docs = infer(client, tensors or {}, model, **sequence_request(sequence_id, start, end))
+    assert len(docs) == 1, f"one document per sequence step, got {len(docs)}: {docs}"
+    return docs[0]
+
+
+def model_statistics(client, model: str = MODEL) -> dict:
+    """The model's entry of the HTTP client's statistics (JSON)."""
+    return client.get_inference_statistics(model)["model_stats"][0]
+
+
+def model_counts(client, model: str = MODEL) -> tuple[int, int]:
     """(inference_count, execution_count) of the model: requests done vs batches executed."""
-    stats = client.get_inference_statistics(MODEL)["model_stats"][0]
+    stats = model_statistics(client, model)
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
@@ -170,12 +196,20 @@ def assert_person(doc: dict, name: str, size: tuple[int, int] | None = None) -> 
 
 def expect_invalid(call: Callable[[], object], *needles: str) -> InferenceServerException:
     """`call()` must fail with INVALID_ARG; the message must contain one of `needles` (any case)."""
+    return expect_error(call, INVALID_ARGUMENT, *needles)
+
+
+def expect_error(
+    call: Callable[[], object], statuses: set[str], *needles: str
+) -> InferenceServerException:
+    """`call()` must fail with a status in `statuses` (e.g. INVALID_ARGUMENT, UNAVAILABLE); the
+    message must contain one of `needles` (any case)."""
     with pytest.raises(InferenceServerException) as info:
         call()
     error = info.value
     message = error.message() or str(error)
-    assert str(error.status()) in INVALID_ARGUMENT, (
-        f"expected INVALID_ARG, got status {error.status()!r}: {message}"
+    assert str(error.status()) in statuses, (
+        f"expected status {sorted(statuses)}, got {error.status()!r}: {message}"
     )
     if needles:
         assert any(n.lower() in message.lower() for n in needles), (

@@ -1,9 +1,14 @@
-"""A real tritonserver on a temporary model repository holding the `face` model.
+"""A real tritonserver on a temporary model repository holding one model (`face` by default).
 
     server = TritonServer(env, tmp_path, params={"pixel_format": "BGR"}, gallery={...})
     server.start()          # free ports, waits for /v2/health/ready, fails with the log on timeout
     client = server.http()  # or server.grpc()
     server.stop()           # SIGTERM, SIGKILL after 15 s; server.kill() is SIGKILL at once
+
+Options: `model="face_sequence"` serves that model of model_repository/ instead;
+`config_edits=[(regex, replacement)]` rewrites its config.pbtxt text (each regex must match);
+`metrics=True` opens the metrics port (`metrics_url`, `metric(...)`); `rss_kib()` is the
+server's resident memory.
 
 The repository survives stop(), so start() again serves the same model directory (gallery store
 included): that is how the restart tests work.
@@ -21,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -53,6 +58,14 @@ def set_parameter(config: str, key: str, value: str) -> str:
     return config
 
 
+def edit_config(config: str, pattern: str, replacement: str) -> str:
+    """re.sub(pattern, replacement) on a config.pbtxt text; the pattern must match somewhere."""
+    config, count = re.subn(pattern, replacement, config)
+    if count == 0:
+        raise ValueError(f"config edit {pattern!r} matches nothing in the model config")
+    return config
+
+
 def free_ports(count: int) -> list[int]:
     """Ports nobody listens on right now (bound to port 0 together, then released)."""
     sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
@@ -70,7 +83,7 @@ def default_gallery(env: SuiteEnv) -> dict[str, Path]:
 
 
 class TritonServer:
-    """One tritonserver process (at a time) serving `<root>/models/face`."""
+    """One tritonserver process (at a time) serving `<root>/models/<model>`."""
 
     def __init__(
         self,
@@ -79,29 +92,42 @@ class TritonServer:
         params: Mapping[str, str] | None = None,
         gallery: Mapping[str, Path] | None = None,
         extra_args: tuple[str, ...] = (),
+        model: str = MODEL,
+        config_edits: Sequence[tuple[str, str]] = (),
+        metrics: bool = False,
     ):
         """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
-        images; None means the default {obama, biden}, {} an empty gallery."""
+        images; None means the default {obama, biden}, {} an empty gallery. `config_edits` are
+        (regex, replacement) pairs applied in order to the model's config.pbtxt text."""
         self.env = env
         self.root = Path(root)
-        self.model_dir = self.root / "models" / MODEL
+        self.model = model
+        self.model_dir = self.root / "models" / model
         self.gallery_dir = self.model_dir / "gallery"
         self.extra_args = tuple(extra_args)
+        self.metrics = metrics
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
-        self.http_port = self.grpc_port = 0
+        self.http_port = self.grpc_port = self.metrics_port = 0
         self._runs = 0
         self.exited_early = False
         self._clients: list = []
-        self._build_repository(dict(params or {}), default_gallery(env) if gallery is None else gallery)
+        self._build_repository(
+            dict(params or {}), default_gallery(env) if gallery is None else gallery, config_edits
+        )
 
     # ---- repository -------------------------------------------------------------------------
 
-    def _build_repository(self, params: dict[str, str], gallery: Mapping[str, Path]) -> None:
+    def _build_repository(
+        self, params: dict[str, str], gallery: Mapping[str, Path],
+        config_edits: Sequence[tuple[str, str]],
+    ) -> None:
         (self.model_dir / "1").mkdir(parents=True)
         (self.root / "backends").mkdir()  # empty --backend-directory: only our library is found
         shutil.copy2(self.env.backend_lib, self.model_dir / "libtriton_face.so")
-        config = self.env.model_config.read_text()
+        config = self.env.config_of(self.model).read_text()
+        for pattern, replacement in config_edits:
+            config = edit_config(config, pattern, replacement)
         for key, value in {"weights_dir": str(self.env.weights), **params}.items():
             config = set_parameter(config, key, value)
         (self.model_dir / "config.pbtxt").write_text(config)
@@ -140,7 +166,14 @@ class TritonServer:
 
     def _spawn(self) -> None:
         self._runs += 1
-        self.http_port, self.grpc_port = free_ports(2)
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        if self.metrics:
+            metrics_args = [
+                "--allow-metrics=true", "--metrics-address=127.0.0.1",
+                f"--metrics-port={self.metrics_port}",
+            ]
+        else:
+            metrics_args = ["--allow-metrics=false"]
         self.log_path = self.root / f"server-{self._runs}.log"
         command = [
             str(self.env.tritonserver),
@@ -149,7 +182,7 @@ class TritonServer:
             f"--http-port={self.http_port}",
             "--grpc-address=127.0.0.1",
             f"--grpc-port={self.grpc_port}",
-            "--allow-metrics=false",
+            *metrics_args,
             f"--backend-directory={self.root / 'backends'}",
             "--log-verbose=0",
             "--exit-timeout-secs=10",
@@ -175,11 +208,17 @@ class TritonServer:
         return False
 
     def is_ready(self) -> bool:
-        """GET /v2/health/ready answers 200 (all models ready, with --strict-readiness default)."""
-        url = f"http://127.0.0.1:{self.http_port}/v2/health/ready"
+        """GET /v2/health/ready answers 200 (all models ready, with --strict-readiness default)
+        and, with metrics on, the metrics port answers too."""
+        urls = [f"http://127.0.0.1:{self.http_port}/v2/health/ready"]
+        if self.metrics:
+            urls.append(self.metrics_url)
         try:
-            with _DIRECT.open(url, timeout=2) as response:
-                return response.status == 200
+            for url in urls:
+                with _DIRECT.open(url, timeout=2) as response:
+                    if response.status != 200:
+                        return False
+            return True
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
@@ -208,6 +247,38 @@ class TritonServer:
     def restart(self) -> "TritonServer":
         self.stop()
         return self.start()
+
+    def rss_kib(self) -> int:
+        """Resident memory of the running server process (VmRSS of /proc/<pid>/status), KiB."""
+        assert self.running, "server is not running"
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+)\s+kB", status, re.MULTILINE)
+        assert match, f"no VmRSS in /proc/{self.proc.pid}/status"
+        return int(match.group(1))
+
+    # ---- metrics ----------------------------------------------------------------------------
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint (the server must run with metrics=True)."""
+        assert self.metrics, "server started without metrics=True"
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def metrics_text(self) -> str:
+        with _DIRECT.open(self.metrics_url, timeout=10) as response:
+            return response.read().decode("utf-8")
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The value of the sample `name{...}` whose labels include `labels`; None if absent."""
+        line = re.compile(r"^" + re.escape(name) + r"(?:\{(.*)\})?\s+(\S+)\s*$")
+        for text in self.metrics_text().splitlines():
+            match = line.match(text)
+            if match is None:
+                continue
+            found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(1) or ""))
+            if all(found.get(key) == value for key, value in labels.items()):
+                return float(match.group(2))
+        return None
 
     # ---- logs and clients -------------------------------------------------------------------
 
