@@ -12,6 +12,8 @@ fn main() {
     // inside the library.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
 
+    detect_dlib_cuda();
+
     let bindings = bindgen::Builder::default()
         .header(header)
         .allowlist_function("TRITON(SERVER|BACKEND)_.*")
@@ -40,4 +42,35 @@ fn main() {
     bindings
         .write_to_file(&out)
         .expect("cannot write Triton bindings");
+}
+
+/// Sets `cfg(dlib_cuda)` when the system dlib was built with CUDA (its
+/// installed config header defines DLIB_USE_CUDA), so the backend can say in
+/// its log whether the engine runs on the GPU. DLIB_CONFIG_H overrides the path.
+fn detect_dlib_cuda() {
+    println!("cargo::rustc-check-cfg=cfg(dlib_cuda)");
+    println!("cargo:rerun-if-env-changed=DLIB_CONFIG_H");
+    let candidates = env::var("DLIB_CONFIG_H")
+        .map(|p| vec![p])
+        .unwrap_or_else(|_| {
+            [
+                "/usr/local/include/dlib/config.h",
+                "/usr/include/dlib/config.h",
+            ]
+            .map(String::from)
+            .to_vec()
+        });
+    for path in candidates {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            println!("cargo:rerun-if-changed={path}");
+            let cuda = text.lines().any(|line| {
+                let mut words = line.split_whitespace();
+                words.next() == Some("#define") && words.next() == Some("DLIB_USE_CUDA")
+            });
+            if cuda {
+                println!("cargo:rustc-cfg=dlib_cuda");
+            }
+            return;
+        }
+    }
 }

@@ -8,8 +8,8 @@ bash scripts/setup.sh
 # shellcheck source=/dev/null
 source assets/env.sh
 
-echo "== cargo build --release"
-cargo build --release
+echo "== cargo build --release (library and examples/: tools the tests run)"
+cargo build --release --lib --examples
 echo "== unit tests (cargo test --release)"
 cargo test --release
 echo "== end-to-end tests (pytest, real tritonserver)"

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod engine;
 pub mod error;
 pub mod gallery;
+pub mod gpu;
 pub mod pipeline;
 pub mod result;
 pub mod sequence;

@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::engine::dlib::DetectorKind;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
+use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
 
@@ -38,6 +39,8 @@ pub struct Settings {
     pub sequence: Option<SequenceConfig>,
     /// The ONNX engine's models and pre-processing (used when engine = onnx).
     pub onnx: OnnxSettings,
+    /// KIND_GPU instances refuse devices below this.
+    pub min_compute_capability: Capability,
 }
 
 /// How a stateful model receives its sequence controls, from the config's
@@ -96,6 +99,7 @@ pub const PARAMETERS: &[(&str, &str)] = &[
     ("embedder_channels", "(onnx) BGR"),
     ("max_sequences", "1024 (sequence models)"),
     ("max_frames_per_sequence", "1000 (sequence models)"),
+    ("min_compute_capability", "6.0 (KIND_GPU instances)"),
 ];
 
 /// Triton's own default for max_sequence_idle_microseconds.
@@ -260,6 +264,7 @@ impl Settings {
                 > 0,
             sequence: None,
             onnx: OnnxSettings::defaults(version_dir),
+            min_compute_capability: Capability::DEFAULT_MIN,
         };
         let mut limits = Limits {
             max_sequences: 1024,
@@ -313,6 +318,11 @@ impl Settings {
                 "embedder_channels" => s.onnx.embedder_norm.rgb = parse_channels(&key, value)?,
                 "max_sequences" => limits.max_sequences = parse_positive(&key, value)?,
                 "max_frames_per_sequence" => limits.max_frames = parse_positive(&key, value)?,
+                "min_compute_capability" => {
+                    s.min_compute_capability = value
+                        .parse()
+                        .map_err(|()| bad(&key, value, "MAJOR.MINOR, e.g. \"6.0\""))?
+                }
                 "return_embeddings" => {
                     s.return_embeddings = match value.to_ascii_lowercase().as_str() {
                         "true" | "1" | "yes" => true,
@@ -467,6 +477,21 @@ mod tests {
     }
 
     #[test]
+    fn min_compute_capability() {
+        let at = |v: &str| {
+            let config = params(&[("min_compute_capability", v)]);
+            Settings::from_config(&config, Path::new("/m"), Path::new("/m/1"))
+                .unwrap()
+                .min_compute_capability
+                .to_string()
+        };
+        let default = Settings::from_config(&json!({}), Path::new("/m"), Path::new("/m/1"));
+        assert_eq!(default.unwrap().min_compute_capability.to_string(), "6.0");
+        assert_eq!(at("7.5"), "7.5");
+        assert_eq!(at("8"), "8.0");
+    }
+
+    #[test]
     fn bad_values_name_the_parameter() {
         for (k, v) in [
             ("detector", "fast"),
@@ -476,6 +501,7 @@ mod tests {
             ("return_embeddings", "maybe"),
             ("pixel_format", "RGBA"),
             ("engine", "magic"),
+            ("min_compute_capability", "pascal"),
             ("colour", "red"),
         ] {
             let e = Settings::from_config(&params(&[(k, v)]), Path::new("/m"), Path::new("/m/1"))

@@ -52,6 +52,7 @@ pub unsafe fn execute(instance: InstanceHandle, raw: &[*mut sys::TRITONBACKEND_R
         // SAFETY: states were attached at (instance) initialize and live until finalize.
         let model = instance.model()?.state::<ModelState>()?;
         let state = instance.state_mut::<InstanceState>()?;
+        state.enter()?;
         Ok(process(model, state, &requests))
     });
     let (outcomes, compute_start, compute_end, images) = match processed {

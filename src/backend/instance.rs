@@ -1,32 +1,69 @@
 //! Instance state: the engine this instance runs (one per instance; engines
-//! are not shared between threads).
+//! are not shared between threads) and, for KIND_GPU, its device.
 
+use crate::backend::config::EngineKind;
 use crate::backend::model::{new_engine, ModelState};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::gpu::{Gpu, DLIB_USES_CUDA};
 use crate::pipeline::Engine;
 use crate::triton::{log, InstanceHandle, InstanceKind};
 
 pub struct InstanceState {
     pub name: String,
     pub engine: Box<dyn Engine>,
+    /// KIND_GPU only: the device, bound to the executing thread before the
+    /// engine runs. KIND_CPU (and KIND_AUTO resolved to CPU) never loads CUDA.
+    pub gpu: Option<Gpu>,
 }
 
 impl InstanceState {
     pub fn load(instance: InstanceHandle, model: &ModelState) -> Result<Self> {
         let name = instance.name()?;
         let kind = instance.kind()?;
-        if kind == InstanceKind::Gpu {
-            return Err(Error::unsupported(format!(
-                "instance '{name}': KIND_GPU instances are not supported by this build of the face \
-                 backend yet; use KIND_CPU"
-            )));
+        let gpu = match kind {
+            InstanceKind::Gpu => {
+                let device = instance.device_id()?;
+                let gpu = Gpu::open(&name, device, model.settings.min_compute_capability)?;
+                log::info(&format!("instance '{name}': {}", gpu.info));
+                Some(gpu)
+            }
+            InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => None,
+        };
+        // The engine's CUDA work (if any) must land on this instance's device.
+        if let Some(gpu) = &gpu {
+            gpu.bind()?;
         }
         let engine = new_engine(&model.settings)?;
+        let place = match (&gpu, model.settings.engine) {
+            (None, _) => "CPU".to_string(),
+            (Some(gpu), EngineKind::Dlib) if DLIB_USES_CUDA => format!("GPU {}", gpu.info.ordinal),
+            (Some(_), EngineKind::Dlib) => {
+                log::warn(&format!(
+                    "instance '{name}' is KIND_GPU but the linked dlib was built without CUDA: \
+                     the engine runs on the CPU (see Dockerfile.build for a CUDA build)"
+                ));
+                "CPU (dlib without CUDA)".to_string()
+            }
+            (Some(_), EngineKind::Onnx) => {
+                log::warn(&format!(
+                    "instance '{name}' is KIND_GPU but the onnx engine (tract) runs on the CPU"
+                ));
+                "CPU (tract has no GPU support)".to_string()
+            }
+        };
         log::info(&format!(
-            "instance '{name}' of model '{}': {} engine on CPU ({kind:?})",
+            "instance '{name}' of model '{}': {} engine on {place} ({kind:?})",
             model.name,
             engine.name()
         ));
-        Ok(InstanceState { name, engine })
+        Ok(InstanceState { name, engine, gpu })
+    }
+
+    /// Called on the executing thread before any engine call.
+    pub fn enter(&self) -> Result<()> {
+        match &self.gpu {
+            Some(gpu) => gpu.bind(),
+            None => Ok(()),
+        }
     }
 }

@@ -190,13 +190,14 @@ impl<'r> Input<'r> {
     }
 
     /// The tensor's bytes in host memory: borrowed when the server holds them
-    /// in one CPU buffer, gathered into one copy when they span several.
+    /// in one CPU buffer, gathered into one copy when they span several or sit
+    /// in GPU memory (CUDA shared memory reaches the backend as is).
     pub fn host_bytes(&self) -> Result<Cow<'r, [u8]>> {
         let api = api()?;
-        let mut parts: Vec<&'r [u8]> = Vec::with_capacity(self.buffer_count as usize);
+        let mut parts: Vec<Cow<'r, [u8]>> = Vec::with_capacity(self.buffer_count as usize);
         for index in 0..self.buffer_count {
             let (mut buf, mut len) = (ptr::null(), 0u64);
-            // Ask for CPU memory; Triton copies GPU-resident inputs when it can.
+            // Ask for CPU memory; the server may still answer with GPU memory.
             let (mut mem, mut mem_id) = (sys::TRITONSERVER_MEMORY_CPU, 0i64);
             call!(api.TRITONBACKEND_InputBuffer(
                 self.raw,
@@ -206,12 +207,6 @@ impl<'r> Input<'r> {
                 &mut mem,
                 &mut mem_id
             ))?;
-            if mem == sys::TRITONSERVER_MEMORY_GPU {
-                return Err(Error::unsupported(format!(
-                    "{}: input buffer is in GPU memory (device {mem_id}); send it in host memory",
-                    self.name
-                )));
-            }
             if len == 0 {
                 continue;
             }
@@ -221,12 +216,19 @@ impl<'r> Input<'r> {
                     self.name
                 )));
             }
-            // SAFETY: the server says `buf` holds `len` bytes while the request lives.
-            parts.push(unsafe { std::slice::from_raw_parts(buf as *const u8, len as usize) });
+            parts.push(if mem == sys::TRITONSERVER_MEMORY_GPU {
+                let host = crate::gpu::copy_to_host(buf as *const u8, len as usize, mem_id)
+                    .map_err(|e| e.context(&self.name))?;
+                Cow::Owned(host)
+            } else {
+                // SAFETY: the server says `buf` holds `len` host bytes while
+                // the request lives (CPU or CUDA-pinned memory).
+                Cow::Borrowed(unsafe { std::slice::from_raw_parts(buf as *const u8, len as usize) })
+            });
         }
         Ok(match parts.len() {
             0 => Cow::Borrowed(&[]),
-            1 => Cow::Borrowed(parts[0]),
+            1 => parts.pop().expect("one part"),
             _ => Cow::Owned(parts.concat()),
         })
     }

@@ -1,0 +1,188 @@
+"""GPU instances on a machine without a GPU: everything that can be checked without one.
+
+- The real tritonserver, `--model-control-mode=explicit`: loading a KIND_GPU copy of `face` fails
+  with a message naming the instance group, and the server and the CPU model keep serving.
+  (Triton refuses KIND_GPU itself when it sees no GPU, before the backend is asked: the backend's
+  own check is reached only on a machine with a GPU; below, it runs outside the server.)
+- KIND_CPU instances never load the CUDA driver library: a server is started with a stand-in
+  driver (tests/fake_cuda/libcuda.c) on LD_LIBRARY_PATH that records every call, serves requests,
+  and the record stays empty.
+- The backend's own instance-init decision (`triton_face::gpu::Gpu::open`, the call a KIND_GPU
+  instance makes) through examples/gpu_probe: with no driver at all (this machine), and with the
+  stand-in driver reporting devices of chosen compute capability. The stand-in fakes the hardware;
+  the code under test (cudarc loading the library at run time, the capability rule, binding the
+  device, the device-to-host copy used for CUDA shared-memory inputs) is the backend's own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from environment import REPO_ROOT
+from face_client import assert_person, infer_encoded
+from triton_server import TritonServer
+
+GPU_PROBE = REPO_ROOT / "target" / "release" / "examples" / "gpu_probe"
+FAKE_CUDA_SOURCE = Path(__file__).parent / "fake_cuda" / "libcuda.c"
+
+
+@pytest.fixture(scope="module")
+def gpu_probe() -> Path:
+    if not os.access(GPU_PROBE, os.X_OK):
+        pytest.fail(
+            f"{GPU_PROBE} not found: run `cargo build --release --examples` (scripts/test.sh does)",
+            pytrace=False,
+        )
+    return GPU_PROBE
+
+
+@pytest.fixture(scope="module")
+def fake_cuda(tmp_path_factory) -> Path:
+    """A directory holding the stand-in libcuda.so, for LD_LIBRARY_PATH."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.fail("no C compiler (cc/gcc) to build tests/fake_cuda: apt-get install gcc",
+                    pytrace=False)
+    out = tmp_path_factory.mktemp("fake_cuda")
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-o", str(out / "libcuda.so"), str(FAKE_CUDA_SOURCE)],
+        check=True,
+    )
+    return out
+
+
+def probe(binary: Path, *args: str, fake: Path | None = None, **fake_env: str):
+    """Run gpu_probe; returns (exit code, its one or two output lines)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_CUDA_")}
+    env.pop("LD_LIBRARY_PATH", None)
+    if fake is not None:
+        env["LD_LIBRARY_PATH"] = str(fake)
+        env.update(fake_env)
+    done = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert not done.stderr.strip() or done.returncode in (0, 1), done.stderr
+    assert "panicked" not in done.stderr, f"gpu_probe panicked: {done.stderr}"
+    return done.returncode, done.stdout.strip()
+
+
+# ---- the real server ------------------------------------------------------------------------
+
+def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
+    """A copy of the server's `face` model named `name`, with one KIND_GPU instance."""
+    model_dir = server.root / "models" / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "gallery").mkdir()
+    shutil.copy2(server.model_dir / "libtriton_face.so", model_dir / "libtriton_face.so")
+    config = (server.model_dir / "config.pbtxt").read_text()
+    config, named = re.subn(r'(?m)^name:\s*"[^"]*"', f'name: "{name}"', config)
+    config, kinds = re.subn(r"kind:\s*KIND_CPU", "kind: KIND_GPU", config)
+    config = re.sub(r"count:\s*\d+", "count: 1", config)
+    assert named == 1 and kinds == 1, "face config.pbtxt: expected one name and one KIND_CPU"
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def test_kind_gpu_load_fails_clearly_and_the_server_keeps_serving(suite_env, tmp_path, photos):
+    server = TritonServer(
+        suite_env, tmp_path,
+        extra_args=("--model-control-mode=explicit", "--load-model=face"),
+    )
+    add_gpu_model(server)
+    with server:
+        client = server.http()
+        assert client.is_model_ready("face")
+
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("face_gpu")
+        message = info.value.message() or str(info.value)
+        assert "face_gpu" in message and "KIND_GPU" in message, message
+        assert "no GPUs are available" in message, message
+        assert not client.is_model_ready("face_gpu")
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["face_gpu"].get("state") == "UNAVAILABLE", index["face_gpu"]
+        assert "KIND_GPU" in index["face_gpu"].get("reason", ""), index["face_gpu"]
+
+        # The failed load touched nothing else: the server and `face` still serve. (With
+        # Triton's default --strict-readiness, /v2/health/ready now reports false because a model
+        # it was asked to load is unavailable; liveness and the other models are unaffected.)
+        assert client.is_server_live()
+        assert client.is_model_ready("face")
+        [doc] = infer_encoded(client, [photos.bytes("obama.jpg")])
+        assert_person(doc, "obama")
+        assert server.running
+
+
+def test_kind_cpu_instances_never_load_the_cuda_driver(suite_env, tmp_path, photos, fake_cuda,
+                                                       gpu_probe, monkeypatch):
+    record = tmp_path / "cuda-calls.txt"
+    # The record works: code that does use CUDA leaves its calls in it.
+    code, out = probe(gpu_probe, "0", "6.0", fake=fake_cuda, FAKE_CUDA_LOG=str(record))
+    assert code == 0, out
+    assert "cuInit" in record.read_text()
+    record.unlink()
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_cuda))
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(record))
+    server = TritonServer(suite_env, tmp_path / "server")  # `face`: two KIND_CPU instances
+    with server:
+        client = server.http()
+        for name in ("obama.jpg", "biden.jpg"):
+            [doc] = infer_encoded(client, [photos.bytes(name)])
+            assert_person(doc, name.removesuffix(".jpg"))
+    log = server.log_text()
+    assert "engine on CPU" in log, "instances should log where their engine runs"
+    assert not record.exists(), f"a KIND_CPU server called the CUDA driver: {record.read_text()}"
+
+
+# ---- the backend's decision, outside the server ---------------------------------------------
+
+def test_no_driver_is_refused_with_a_message(gpu_probe):
+    code, out = probe(gpu_probe, "0", "6.0")
+    assert code == 1, out
+    assert out.startswith("ERR Unavailable:"), out
+    assert "'gpu_probe'" in out and "no CUDA driver" in out and "KIND_CPU" in out, out
+
+
+@pytest.mark.parametrize(
+    "device_cc, minimum, accepted",
+    [("3.7", "6.0", False), ("5.2", "6.0", False), ("6.0", "6.0", True), ("8.6", "6.0", True),
+     ("7.0", "7.5", False), ("10.0", "9.0", True)],
+)
+def test_compute_capability_rule(gpu_probe, fake_cuda, device_cc, minimum, accepted):
+    code, out = probe(gpu_probe, "0", minimum, fake=fake_cuda,
+                      FAKE_CUDA_CC=device_cc, FAKE_CUDA_NAME="Tesla Test")
+    device = f"GPU 0 'Tesla Test' (compute capability {device_cc}, 16384 MiB)"
+    if accepted:
+        assert code == 0 and out == f"OK {device}", out
+    else:
+        assert code == 1, out
+        assert out == (
+            f"ERR Unsupported: instance 'gpu_probe': {device} is below the minimum compute "
+            f"capability {minimum} (model parameter min_compute_capability)"
+        ), out
+
+
+def test_missing_device_is_refused(gpu_probe, fake_cuda):
+    code, out = probe(gpu_probe, "2", "6.0", fake=fake_cuda, FAKE_CUDA_DEVICES="2")
+    assert code == 1, out
+    assert out.startswith("ERR Unavailable:") and "device 2 could not be opened" in out, out
+    assert "CUDA_ERROR_INVALID_DEVICE" in out, out
+
+    code, out = probe(gpu_probe, "0", "6.0", fake=fake_cuda, FAKE_CUDA_DEVICES="0")
+    assert code == 1 and "CUDA_ERROR_NO_DEVICE" in out, out
+
+
+def test_gpu_memory_input_is_copied_to_host(gpu_probe, fake_cuda):
+    code, out = probe(gpu_probe, "1", "6.0", "--copy", fake=fake_cuda, FAKE_CUDA_DEVICES="2")
+    assert code == 0, out
+    assert out.splitlines() == [
+        "OK GPU 1 'Fake GPU' (compute capability 8.6, 16384 MiB)",
+        "COPY OK 256 bytes",
+    ], out
