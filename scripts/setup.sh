@@ -404,7 +404,10 @@ step_env() {
         printf 'export REPO_ROOT=%q\n' "$REPO_ROOT"
         printf 'export VENV=%q\n' "$VENV"
         printf 'export PYTHON=%q\n' "$PY"
-        printf 'export TRITONSERVER=%q\n' "$TRITONSERVER"
+        # FACE_TRITONSERVER (if set when this is sourced) picks another server,
+        # e.g. the NGC image's /opt/tritonserver/bin/tritonserver (Dockerfile.build).
+        # shellcheck disable=SC2016
+        printf 'export TRITONSERVER="${FACE_TRITONSERVER:-%s}"\n' "$TRITONSERVER"
         printf 'export PERF_ANALYZER=%q\n' "$ASSETS/perf_analyzer/run"
         printf 'export FACE_ASSETS=%q\n' "$ASSETS"
         printf 'export FACE_WEIGHTS=%q\n' "$ASSETS/dlib"

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -26,9 +27,22 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from environment import REPO_ROOT
-from face_client import assert_person, infer_encoded
+from face_client import assert_person, encoded_tensors, infer, infer_encoded
 from triton_server import TritonServer
 
+def visible_gpus() -> int:
+    """GPUs the NVIDIA driver of this machine reports (0 without a driver, as on CI here)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+GPUS = visible_gpus()
 GPU_PROBE = REPO_ROOT / "target" / "release" / "examples" / "gpu_probe"
 FAKE_CUDA_SOURCE = Path(__file__).parent / "fake_cuda" / "libcuda.c"
 
@@ -89,7 +103,9 @@ def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
     return model_dir
 
 
-def test_kind_gpu_load_fails_clearly_and_the_server_keeps_serving(suite_env, tmp_path, photos):
+def test_kind_gpu_model(suite_env, tmp_path, photos):
+    """No GPU (CI here): the load fails clearly, the rest keeps serving. With a GPU (the GPU
+    workflow): the instance logs its device and where the engine runs, and serves."""
     server = TritonServer(
         suite_env, tmp_path,
         extra_args=("--model-control-mode=explicit", "--load-model=face"),
@@ -98,6 +114,14 @@ def test_kind_gpu_load_fails_clearly_and_the_server_keeps_serving(suite_env, tmp
     with server:
         client = server.http()
         assert client.is_model_ready("face")
+        if GPUS:
+            client.load_model("face_gpu")
+            log = server.log_text()
+            assert re.search(r"instance 'face_gpu_0_0': GPU 0 '.+' \(compute capability", log), log
+            assert re.search(r"'face_gpu'.* engine on (GPU 0|CPU \(dlib without CUDA\))", log), log
+            [doc] = infer(client, encoded_tensors([photos.bytes("obama.jpg")]), model="face_gpu")
+            assert_person(doc, "unknown")  # its gallery is empty
+            return
 
         with pytest.raises(InferenceServerException) as info:
             client.load_model("face_gpu")
@@ -143,8 +167,12 @@ def test_kind_cpu_instances_never_load_the_cuda_driver(suite_env, tmp_path, phot
 
 # ---- the backend's decision, outside the server ---------------------------------------------
 
-def test_no_driver_is_refused_with_a_message(gpu_probe):
+def test_this_machines_driver(gpu_probe):
+    """Without a driver (CI here): refused with a message. With one: GPU 0 passes the rule."""
     code, out = probe(gpu_probe, "0", "6.0")
+    if GPUS:
+        assert code == 0 and out.startswith("OK GPU 0 '"), out
+        return
     assert code == 1, out
     assert out.startswith("ERR Unavailable:"), out
     assert "'gpu_probe'" in out and "no CUDA driver" in out and "KIND_CPU" in out, out
