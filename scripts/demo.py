@@ -83,6 +83,7 @@ def main():
     ap.add_argument("--enroll-name", default="obama")
     ap.add_argument("--enroll-photo", default="obama.jpg")
     ap.add_argument("--recognize", nargs="*", default=["obama2.jpg", "obama3.jpg", "biden.jpg", "noface.jpg"])
+    ap.add_argument("--onnx-model", default="face_onnx", help="ONNX-engine model ('' to skip)")
     ap.add_argument("--sequence-model", default="face_sequence", help="stateful model ('' to skip)")
     ap.add_argument("--sequence", nargs="*", default=["obama2.jpg", "biden.jpg", "obama3.jpg", "noface.jpg"])
     args = ap.parse_args()
@@ -103,6 +104,16 @@ def main():
         print(f"== {name}: {people}")
         print(pretty(doc))
         print(f"   drawn: {draw(photo, doc, args.out)}")
+
+    if args.onnx_model:
+        print(f"== the same photos on {args.onnx_model} (ONNX engine, tract; gallery: obama, biden)")
+        for name in args.recognize:
+            doc = infer(client, args.onnx_model, args.photos / name)
+            faces = ", ".join(
+                f["name"] if f["distance"] is None else f"{f['name']} ({f['distance']:.3f})"
+                for f in doc["faces"]
+            ) or "no face"
+            print(f"   {name}: {faces}")
 
     if args.sequence_model:
         run_sequence(client, args.sequence_model, args.photos, args.sequence)

@@ -11,7 +11,7 @@ source assets/env.sh
 
 echo "== cargo build --release"
 cargo build --release
-for model in face face_sequence; do
+for model in face face_sequence face_onnx; do
     install -m 0755 target/release/libtriton_face.so "model_repository/$model/libtriton_face.so"
 done
 
