@@ -66,9 +66,10 @@ def test_stages_and_base_image():
         m = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
         if m:
             stages[m[2]] = m[1]
-    assert set(stages) == {"build", "test", "runtime"}, stages
-    assert stages["build"] == stages["runtime"] == "nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3"
-    assert stages["test"] == "build"
+    assert stages == {
+        "base": "nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3",
+        "build": "base", "test": "build", "runtime": "base",
+    }, stages
     release = re.search(r"^ARG TRITON_RELEASE=(\d\d\.\d\d)$", DOCKERFILE.read_text(), re.M)
     assert release, "TRITON_RELEASE must default to a pinned YY.MM release"
     assert list(stages)[-1] == "runtime", "the runtime stage must be the default (last) one"
