@@ -1,23 +1,34 @@
-//! In-process throughput of the dlib engine on one real 640x480 photo: the
+//! In-process throughput of the engines on one real 640x480 photo: the
 //! baseline that scripts/bench.sh sets next to perf_analyzer's server figures.
 //!
 //!   FACE_WEIGHTS      dir with the dlib .dat files (default <repo>/assets/dlib)
+//!   FACE_ONNX_DIR     dir with fr_detect/fr_landmark/fr_feature.onnx
+//!                     (default <repo>/assets/onnx)
 //!   FACE_BENCH_PHOTO  the photo (default <repo>/assets/photos/obama_640x480.jpg)
+//!   FACE_BENCH_ONLY   `engine` or `onnx`: run only that group
 //!
-//! Benchmarks (group "engine"): `decode` (JPEG -> RGB frame), `analyze`
-//! (detect + landmarks + embed on the decoded frame) and `decode+analyze`
-//! (what the server does for one ENCODED request). Single thread.
+//! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
+//! `analyze` (detect + landmarks + embed on the decoded frame) and
+//! `decode+analyze` (what the server does for one ENCODED request).
+//! Group "onnx" (the tract engine with the settings of the `face_onnx` model,
+//! read from model_repository/face_onnx/config.pbtxt through the backend's own
+//! config parser): `analyze` and `decode+analyze`. Single thread.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use serde_json::{json, Map, Value};
+use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
+use triton_face::engine::onnx::OnnxEngine;
 use triton_face::pipeline::image::frame_from_encoded;
 use triton_face::pipeline::{Engine, Frame};
 
 const MAX_PIXELS: u64 = 40_000_000;
 const MAX_FACES: usize = 64;
+/// The model whose parameters configure the ONNX engine here.
+const ONNX_CONFIG: &str = "model_repository/face_onnx/config.pbtxt";
 
 /// `$var` if set, else `<repo>/<default>`; panics if it does not exist.
 fn input_path(var: &str, default: &str) -> PathBuf {
@@ -32,12 +43,17 @@ fn input_path(var: &str, default: &str) -> PathBuf {
     path
 }
 
-fn decode(jpeg: &[u8]) -> Frame {
-    frame_from_encoded("bench photo", jpeg, MAX_PIXELS).expect("decode the bench photo")
+/// Whether FACE_BENCH_ONLY (unset: every group) selects `group`.
+fn selected(group: &str) -> bool {
+    std::env::var("FACE_BENCH_ONLY").map_or(true, |only| only.is_empty() || only == group)
 }
 
-fn analyze(engine: &mut DlibEngine, frame: &Frame) -> usize {
-    let mut results = engine.analyze(&[frame], MAX_FACES);
+fn decode(jpeg: &[u8], max_pixels: u64) -> Frame {
+    frame_from_encoded("bench photo", jpeg, max_pixels).expect("decode the bench photo")
+}
+
+fn analyze(engine: &mut dyn Engine, frame: &Frame, max_faces: usize) -> usize {
+    let mut results = engine.analyze(&[frame], max_faces);
     results
         .pop()
         .expect("one result per frame")
@@ -45,37 +61,123 @@ fn analyze(engine: &mut DlibEngine, frame: &Frame) -> usize {
         .len()
 }
 
-fn bench_engine(c: &mut Criterion) {
+/// The `parameters { key: "K" value: { string_value: "V" } }` lines of a
+/// config.pbtxt, in Triton's JSON form (what the backend parses at load).
+fn pbtxt_parameters(text: &str) -> Map<String, Value> {
+    fn quoted_after<'a>(line: &'a str, tag: &str) -> Option<&'a str> {
+        let rest = &line[line.find(tag)? + tag.len()..];
+        let rest = &rest[rest.find('"')? + 1..];
+        Some(&rest[..rest.find('"')?])
+    }
+    text.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("parameters"))
+        .map(|line| {
+            let key = quoted_after(line, "key:");
+            let value = quoted_after(line, "string_value:");
+            match (key, value) {
+                (Some(k), Some(v)) => (k.to_string(), json!({ "string_value": v })),
+                _ => panic!("{ONNX_CONFIG}: cannot read the parameter line `{line}`"),
+            }
+        })
+        .collect()
+}
+
+/// The backend's settings for the `face_onnx` model, with its .onnx files
+/// taken from `onnx_dir` instead of the version folder.
+fn onnx_settings(onnx_dir: &Path) -> Settings {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = repo.join(ONNX_CONFIG);
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let config = json!({ "max_batch_size": 8, "parameters": pbtxt_parameters(&text) });
+    let settings = Settings::from_config(&config, path.parent().unwrap(), onnx_dir)
+        .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+    assert_eq!(
+        settings.engine,
+        EngineKind::Onnx,
+        "{ONNX_CONFIG} is not engine onnx"
+    );
+    settings
+}
+
+/// Load the engine, check it finds a face in the photo, say so on stderr.
+fn prepare(engine: &mut dyn Engine, jpeg: &[u8], photo: &Path, max_faces: usize) -> Frame {
+    let frame = decode(jpeg, MAX_PIXELS);
+    let faces = analyze(engine, &frame, max_faces);
+    assert!(
+        faces > 0,
+        "{}: no face found in {}",
+        engine.name(),
+        photo.display()
+    );
+    eprintln!(
+        "bench photo {} ({}x{}, {} bytes): {faces} face(s) with {}",
+        photo.display(),
+        frame.width,
+        frame.height,
+        jpeg.len(),
+        engine.describe()
+    );
+    frame
+}
+
+fn bench_dlib(c: &mut Criterion) {
+    if !selected("engine") {
+        return;
+    }
     let weights = input_path("FACE_WEIGHTS", "assets/dlib");
     let photo = input_path("FACE_BENCH_PHOTO", "assets/photos/obama_640x480.jpg");
     let jpeg = std::fs::read(&photo).expect("read the bench photo");
     let mut engine = DlibEngine::load(&weights, DetectorKind::Hog)
         .unwrap_or_else(|e| panic!("load dlib weights from {}: {e:?}", weights.display()));
-    let frame = decode(&jpeg);
-    let faces = analyze(&mut engine, &frame);
-    assert!(faces > 0, "no face found in {}", photo.display());
-    eprintln!(
-        "bench photo {} ({}x{}, {} bytes): {faces} face(s)",
-        photo.display(),
-        frame.width,
-        frame.height,
-        jpeg.len()
-    );
+    let frame = prepare(&mut engine, &jpeg, &photo, MAX_FACES);
 
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(1));
     group.warm_up_time(Duration::from_secs(1));
-    group.bench_function("decode", |b| b.iter(|| decode(&jpeg)));
+    group.bench_function("decode", |b| b.iter(|| decode(&jpeg, MAX_PIXELS)));
     // dlib HOG on 640x480 takes ~0.1 s: few samples keep the whole run < 1 min.
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(8));
-    group.bench_function("analyze", |b| b.iter(|| analyze(&mut engine, &frame)));
+    group.bench_function("analyze", |b| {
+        b.iter(|| analyze(&mut engine, &frame, MAX_FACES))
+    });
     group.bench_function("decode+analyze", |b| {
-        b.iter(|| analyze(&mut engine, &decode(&jpeg)))
+        b.iter(|| analyze(&mut engine, &decode(&jpeg, MAX_PIXELS), MAX_FACES))
     });
     group.finish();
 }
 
-criterion_group!(benches, bench_engine);
+fn bench_onnx(c: &mut Criterion) {
+    if !selected("onnx") {
+        return;
+    }
+    let onnx_dir = input_path("FACE_ONNX_DIR", "assets/onnx");
+    let photo = input_path("FACE_BENCH_PHOTO", "assets/photos/obama_640x480.jpg");
+    let jpeg = std::fs::read(&photo).expect("read the bench photo");
+    let settings = onnx_settings(&onnx_dir);
+    eprintln!("onnx settings ({ONNX_CONFIG}): {:?}", settings.onnx);
+    let (max_pixels, max_faces) = (settings.max_image_pixels, settings.max_faces_per_image);
+    let mut engine = OnnxEngine::load(&settings.onnx)
+        .unwrap_or_else(|e| panic!("load the ONNX models from {}: {e:?}", onnx_dir.display()));
+    let frame = prepare(&mut engine, &jpeg, &photo, max_faces);
+
+    let mut group = c.benchmark_group("onnx");
+    group.throughput(Throughput::Elements(1));
+    group.warm_up_time(Duration::from_secs(1));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    group.bench_function("analyze", |b| {
+        b.iter(|| analyze(&mut engine, &frame, max_faces))
+    });
+    group.bench_function("decode+analyze", |b| {
+        b.iter(|| analyze(&mut engine, &decode(&jpeg, max_pixels), max_faces))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_dlib, bench_onnx);
 criterion_main!(benches);

@@ -1,25 +1,41 @@
 #!/usr/bin/env bash
 # `make bench`: server throughput against the engine's own, on one real photo
 # (assets/photos/obama_640x480.jpg).
-#   1. cargo bench --bench engine: decode / analyze in-process, one thread;
-#   2. serves the `face` model from a temporary model repository (weights from
-#      assets/, gallery: obama.jpg + biden.jpg) with the real tritonserver;
-#   3. perf_analyzer at concurrency 1 and 2 sending the photo once as ENCODED
-#      (JPEG bytes) and once as IMAGE (480x640x3 RGB pixels); every response is
-#      checked against the face the server found in a first request;
-#   4. prints the table (scripts/bench_report.py) and writes it to out/bench.txt.
-# Logs and CSVs: out/bench-*. Takes about 2 minutes.
+#   1. cargo bench --bench engine: decode / analyze in-process, one thread, for
+#      the dlib engine (group "engine") and the ONNX engine with the settings of
+#      model_repository/face_onnx (group "onnx");
+#   2. serves three models from a temporary model repository with the real
+#      tritonserver (one libtriton_face.so in --backend-directory; gallery:
+#      obama.jpg + biden.jpg each): `face` (dlib), `face_onnx` (its three
+#      .onnx files linked into 1/) and `face_sequence` (dlib, sequence batcher);
+#   3. perf_analyzer at concurrency 1 and 2 against `face` and `face_onnx`,
+#      sending the photo once as ENCODED (JPEG bytes) and once as IMAGE
+#      (480x640x3 RGB pixels); every response is checked against the face the
+#      server found in a first request;
+#   4. perf_analyzer in sequence mode against `face_sequence` (ENCODED,
+#      sequences of BENCH_SEQUENCE_LENGTH frames; perf_analyzer sets START/END
+#      and the correlation ID): at a fixed request rate spread over
+#      BENCH_SEQUENCES concurrent sequences, and at concurrency 2 (two
+#      sequences in flight). Answers carry their frame number, so they are not
+#      compared with a reference; a two-frame sequence is checked first;
+#   5. prints the table (scripts/bench_report.py) and writes it to out/bench.txt.
+# Logs and CSVs: out/bench-*. Takes about 3.5 minutes on 2 cores.
 # Environment:
 #   BENCH_PROTOCOL=http|grpc       perf_analyzer protocol (default http)
 #   BENCH_WINDOW_MS=4000           perf_analyzer measurement window
+#   BENCH_SEQUENCE_RATE=8          requests/s of the sequence run; keep it below
+#                                  what the machine sustains (2 cores: ~16/s)
+#   BENCH_SEQUENCES=4              concurrent sequences at that rate
+#   BENCH_SEQUENCE_LENGTH=10       frames per sequence
 # perf_analyzer measures 3 windows per concurrency and reports them merged. It
 # does not wait for them to agree (--stability-percentage 1000): on a small
 # shared machine they often never come within the default 10% and it gives up.
 # (--request-count is no way out: it rounds its window up to whole seconds.)
 set -euo pipefail
 
+# shellcheck disable=SC2034  # read by lib.sh
 LOG_TAG=bench
-# shellcheck source=scripts/lib.sh
+# shellcheck source=scripts/lib.sh disable=SC1091  # followed with shellcheck -x
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
@@ -28,12 +44,24 @@ case "$PROTOCOL" in
     http | grpc) ;;
     *) die "BENCH_PROTOCOL must be http or grpc, not $PROTOCOL" ;;
 esac
+WINDOW_MS="${BENCH_WINDOW_MS:-4000}"
+SEQ_RATE="${BENCH_SEQUENCE_RATE:-8}"
+SEQ_COUNT="${BENCH_SEQUENCES:-4}"
+SEQ_LENGTH="${BENCH_SEQUENCE_LENGTH:-10}"
+for v in WINDOW_MS SEQ_COUNT SEQ_LENGTH; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not ${!v}"
+done
+if [[ ! "$SEQ_RATE" =~ ^[0-9]*\.?[0-9]+$ || "$SEQ_RATE" =~ ^[0.]+$ ]]; then
+    die "BENCH_SEQUENCE_RATE must be a positive number, not $SEQ_RATE"
+fi
 T0=$SECONDS
+START_EPOCH="$(date +%s)"
 
 bash scripts/setup.sh
 # shellcheck source=/dev/null
 source assets/env.sh
 PHOTO="$FACE_PHOTOS/obama_640x480.jpg"
+ONNX_DIR="${FACE_ONNX_DIR:-$FACE_ASSETS/onnx}"
 OUT="$REPO_ROOT/out"
 mkdir -p "$OUT"
 
@@ -41,8 +69,8 @@ log "cargo build --release"
 cargo build --release
 
 # In-process first: it builds from the same sources as the library just built.
-log "cargo bench --bench engine (log: out/bench-engine.log; ~1 min)"
-export FACE_BENCH_PHOTO="$PHOTO"
+log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~1.5 min)"
+export FACE_BENCH_PHOTO="$PHOTO" FACE_ONNX_DIR="$ONNX_DIR"
 : >"$OUT/bench-engine.log"
 LOAD_ENGINE="$(cut -d' ' -f1 /proc/loadavg)"
 run_logged "$OUT/bench-engine.log" cargo bench --bench engine
@@ -61,15 +89,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Model repository: the shipped config with an absolute weights_dir.
-MODEL="$WORK/models/face"
-mkdir -p "$MODEL/1" "$MODEL/gallery"
-sed "s|\(key: \"weights_dir\" *value: { string_value: \"\)[^\"]*\"|\1$FACE_WEIGHTS\"|" \
-    model_repository/face/config.pbtxt >"$MODEL/config.pbtxt"
-grep -qF "string_value: \"$FACE_WEIGHTS\"" "$MODEL/config.pbtxt" ||
-    die "could not set weights_dir in $MODEL/config.pbtxt"
-cp "$FACE_PHOTOS/obama.jpg" "$FACE_PHOTOS/biden.jpg" "$MODEL/gallery/"
-install -m 0755 target/release/libtriton_face.so "$MODEL/libtriton_face.so"
+# Model repository: the shipped configs, weights_dir made absolute; one copy
+# of the library for all three models.
+mkdir -p "$WORK/backends/face"
+install -m 0755 target/release/libtriton_face.so "$WORK/backends/face/libtriton_face.so"
+for model in face face_onnx face_sequence; do
+    dir="$WORK/models/$model"
+    mkdir -p "$dir/1" "$dir/gallery"
+    sed "s|\(key: \"weights_dir\" *value: { string_value: \"\)[^\"]*\"|\1$FACE_WEIGHTS\"|" \
+        "model_repository/$model/config.pbtxt" >"$dir/config.pbtxt"
+    if [ "$model" != face_onnx ]; then
+        grep -qF "string_value: \"$FACE_WEIGHTS\"" "$dir/config.pbtxt" ||
+            die "could not set weights_dir in $dir/config.pbtxt"
+    fi
+    cp "$FACE_PHOTOS/obama.jpg" "$FACE_PHOTOS/biden.jpg" "$dir/gallery/"
+done
+for f in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
+    [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
+    ln -s "$ONNX_DIR/$f" "$WORK/models/face_onnx/1/$f"
+done
 
 read -r HTTP_PORT GRPC_PORT METRICS_PORT < <("$PYTHON" -c '
 import socket
@@ -80,41 +118,78 @@ print(*(s.getsockname()[1] for s in socks))')
 
 SERVER_LOG="$OUT/bench-tritonserver.log"
 log "tritonserver on ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT (log: ${SERVER_LOG#"$REPO_ROOT"/})"
-"$TRITONSERVER" --model-repository="$WORK/models" \
+"$TRITONSERVER" --model-repository="$WORK/models" --backend-directory="$WORK/backends" \
     --http-port="$HTTP_PORT" --grpc-port="$GRPC_PORT" --metrics-port="$METRICS_PORT" \
     >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 "$PYTHON" scripts/wait_ready.py "localhost:$HTTP_PORT" --pid "$SERVER_PID" --log "$SERVER_LOG"
 
-"$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --photo "$PHOTO" --out "$WORK"
+for model in face face_onnx; do
+    "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model "$model" \
+        --photo "$PHOTO" --out "$WORK"
+done
+"$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model face_sequence --sequence \
+    --variants encoded --photo "$PHOTO" --out "$WORK"
 
 URL="localhost:$HTTP_PORT"
 [ "$PROTOCOL" = http ] || URL="localhost:$GRPC_PORT"
-# The in-process benchmark doing the same work as a request of each variant.
-declare -A BENCH_OF=([encoded]=decode+analyze [image]=analyze)
-WINDOW_MS="${BENCH_WINDOW_MS:-4000}"
+# The in-process benchmark (criterion group/name) doing the same work as a
+# request of each model and variant.
+declare -A BENCH_OF=(
+    [face/encoded]=engine/decode+analyze [face/image]=engine/analyze
+    [face_onnx/encoded]=onnx/decode+analyze [face_onnx/image]=onnx/analyze
+    [face_sequence/encoded]=engine/decode+analyze
+)
 LOAD_SERVER="$(cut -d' ' -f1 /proc/loadavg)"
+rm -f "$OUT"/bench-*.csv
 report_args=()
-for variant in encoded image; do
-    name="bench-$variant"
-    log "perf_analyzer: $variant, concurrency 1 and 2, 3 x $WINDOW_MS ms each (log: out/$name.log)"
-    rm -f "$OUT/$name.csv"
-    if ! "$PERF_ANALYZER" -m face -u "$URL" -i "$PROTOCOL" -v \
-        --input-data "$WORK/$variant.json" --concurrency-range 1:2 --warmup-request-count 4 \
+
+# perf MODEL VARIANT RUN "WHAT" PERF_ANALYZER_ARGS...: one perf_analyzer run
+# into out/bench-MODEL-RUN.{csv,log}, added to the report.
+perf() {
+    local model=$1 variant=$2 run=$3 what=$4 name
+    shift 4
+    name="bench-$model-$run"
+    log "perf_analyzer: $model $variant, $what, 3 x $WINDOW_MS ms each (log: out/$name.log)"
+    if ! "$PERF_ANALYZER" -m "$model" -u "$URL" -i "$PROTOCOL" -v \
+        --input-data "$WORK/$model-$variant.json" --warmup-request-count 4 \
         --measurement-interval "$WINDOW_MS" --max-trials 3 --stability-percentage 1000 \
-        -f "$OUT/$name.csv" >"$OUT/$name.log" 2>&1; then
+        -f "$OUT/$name.csv" "$@" >"$OUT/$name.log" 2>&1; then
         tail -n 20 "$OUT/$name.log" | sed 's/^/    /' >&2
         if grep -q "failed to find the requested model version" "$OUT/$name.log"; then
             warn "the backend reported no statistics (TRITONBACKEND_ModelInstanceReport*Statistics)"
         fi
-        die "perf_analyzer failed ($variant)"
+        die "perf_analyzer failed ($model $variant, $what)"
     fi
-    report_args+=(--server "${variant^^}=$OUT/$name.csv:${BENCH_OF[$variant]}")
+    report_args+=(--server "$model:${variant^^}=$OUT/$name.csv:${BENCH_OF[$model/$variant]}")
+}
+
+for model in face face_onnx; do
+    for variant in encoded image; do
+        perf "$model" "$variant" "$variant" "concurrency 1 and 2" --concurrency-range 1:2
+    done
 done
+SEQ_ARGS=(--sequence-length "$SEQ_LENGTH" --sequence-length-variation 0)
+perf face_sequence encoded rate \
+    "$SEQ_RATE req/s over $SEQ_COUNT sequences of $SEQ_LENGTH" \
+    --request-rate-range "$SEQ_RATE" --num-of-sequences "$SEQ_COUNT" "${SEQ_ARGS[@]}"
+perf face_sequence encoded concurrency "concurrency 2, sequences of $SEQ_LENGTH" \
+    --concurrency-range 2:2 "${SEQ_ARGS[@]}"
+# perf_analyzer ends the sequences it started: none should be left open.
+LIVE="$("$PYTHON" -c '
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://localhost:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(next((l.split()[-1] for l in text.splitlines()
+            if l.startswith("face_live_sequences{") and "face_sequence" in l), "?"))' \
+    "$METRICS_PORT")" || LIVE="?"
 stop_server
 
-title="triton-face bench: $(basename "$PHOTO"), $PROTOCOL, 3 x $WINDOW_MS ms per concurrency"
+title="triton-face bench: $(basename "$PHOTO"), $PROTOCOL, 3 x $WINDOW_MS ms per load level"
 load="1-min load average before: in-process bench $LOAD_ENGINE, server bench $LOAD_SERVER"
-"$PYTHON" scripts/bench_report.py "${report_args[@]}" --criterion target/criterion/engine \
-    --title "$title, $(date '+%F %T')" --note "$load ($(nproc) CPUs)." --out "$OUT/bench.txt"
+seq="face_sequence: sequences of $SEQ_LENGTH frames; rate row: $SEQ_COUNT concurrent"
+seq+=" sequences; live sequences left after the runs: $LIVE."
+"$PYTHON" scripts/bench_report.py "${report_args[@]}" --criterion target/criterion \
+    --fresh-after "$START_EPOCH" \
+    --title "$title, $(date '+%F %T')" --note "$seq" --note "$load ($(nproc) CPUs)." \
+    --out "$OUT/bench.txt"
 log "done in $((SECONDS - T0)) s: out/bench.txt"

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """The `make bench` table: perf_analyzer CSVs (server) next to criterion's
-in-process estimates (cargo bench --bench engine), with their ratio.
+in-process estimates (cargo bench --bench engine), with their ratios.
 
-  bench_report.py --server ENCODED=enc.csv:decode+analyze \
-                  --server IMAGE=img.csv:analyze \
-                  --criterion target/criterion/engine --out out/bench.txt
+  bench_report.py --server face:ENCODED=enc.csv:engine/decode+analyze \
+                  --server face_onnx:IMAGE=img.csv:onnx/analyze \
+                  --criterion target/criterion --out out/bench.txt
 
-Each --server is LABEL=CSV:BENCH: the perf_analyzer run's label, its `-f`
-CSV, and the in-process benchmark doing the same work per image. If the run's
--v output is next to the CSV as .log, the batch sizes the server's dynamic
-batcher formed are read from it.
+Each --server is MODEL:INPUT=CSV:BENCH: the model and input perf_analyzer
+sent, its `-f` CSV, and the in-process benchmark (criterion GROUP/NAME) doing
+the same work per image. A CSV's rows are load levels: "Concurrency" (closed
+loop) or "Request Rate" (open loop, requests/s). If the run's -v output is
+next to the CSV as .log, the batch sizes the server's batcher formed are read
+from it.
 """
 import argparse
 import csv
@@ -17,44 +19,64 @@ import json
 import os
 import re
 
+# Criterion benchmarks (GROUP/NAME) in the in-process table, with the engine.
+BENCHES = {
+    "engine/decode": "JPEG -> RGB (OpenCV)",
+    "engine/analyze": "dlib HOG + 5 landmarks + ResNet",
+    "engine/decode+analyze": "dlib, as one ENCODED request",
+    "onnx/analyze": "onnx (tract) UltraFace + 68 lm + 512-d",
+    "onnx/decode+analyze": "onnx, as one ENCODED request",
+}
+LOAD_COLUMNS = {"Concurrency": "conc {}", "Request Rate": "{} req/s"}
+COMPUTE = ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
+SERVER_HEADER = ["model", "input", "load", "infer/s", "p50 ms", "p99 ms", "queue ms",
+                 "compute ms", "batch", "server/in-process", "p50/in-process"]
 
-def criterion_ms(group_dir, bench):
+
+def criterion_ms(root, bench, fresh_after=None):
     """Mean time per iteration in ms (criterion's estimates are in ns)."""
-    path = os.path.join(group_dir, bench, "new", "estimates.json")
+    path = os.path.join(root, *bench.split("/"), "new", "estimates.json")
+    if fresh_after is not None and os.path.getmtime(path) < fresh_after:
+        raise SystemExit(f"{path}: older than this bench run (did cargo bench skip {bench}?)")
     with open(path) as f:
         return json.load(f)["mean"]["point_estimate"] / 1e6
 
 
+def load_column(path, rows):
+    """The CSV's load column: Concurrency or Request Rate."""
+    for column in LOAD_COLUMNS:
+        if column in rows[0]:
+            return column
+    raise SystemExit(f"{path}: neither of {', '.join(LOAD_COLUMNS)} in {list(rows[0])}")
+
+
 def perf_rows(path):
-    """perf_analyzer -f CSV rows, by increasing concurrency; latencies in us."""
+    """perf_analyzer -f CSV rows by increasing load, and the load column;
+    latencies in us."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
         raise SystemExit(f"{path}: no measurements")
-    return sorted(rows, key=lambda r: int(r["Concurrency"]))
+    column = load_column(path, rows)
+    return sorted(rows, key=lambda r: float(r[column])), column
 
 
-def avg_batch(csv_path, concurrency):
-    """Inference count / execution count at one concurrency, from the run's
+def avg_batch(csv_path, load):
+    """Inference count / execution count at one load level, from the run's
     -v output next to the CSV (.log), or '-'."""
     try:
         with open(os.path.splitext(csv_path)[0] + ".log") as f:
             text = f.read()
     except OSError:
         return "-"
-    sections = re.split(r"^Request concurrency: (\d+)$", text, flags=re.M)
+    # "Request concurrency: 2" or "Request Rate: 8 inference requests per seconds"
+    sections = re.split(r"^Request (?:concurrency|Rate): ([0-9.]+).*$", text, flags=re.M)
     counts = None
-    for conc, body in zip(sections[1::2], sections[2::2]):
+    for level, body in zip(sections[1::2], sections[2::2]):
         m = re.search(r"Inference count: (\d+)\s+Execution count: (\d+)", body)
-        if conc == concurrency and m:
+        if float(level) == float(load) and m:
             counts = int(m[1]), int(m[2])
     return f"{counts[0] / counts[1]:.2f}" if counts and counts[1] else "-"
-
-
-COMPUTE = ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
-SERVER_HEADER = ["input", "conc", "infer/s", "p50 ms", "p99 ms", "queue ms", "compute ms", "batch",
-                 "server/in-process"]
-BENCHES = ["decode", "analyze", "decode+analyze"]
 
 
 def ms(row, *columns):
@@ -62,49 +84,80 @@ def ms(row, *columns):
     return f"{sum(float(row[c]) for c in columns) / 1000:.1f}"
 
 
+def parse_spec(spec):
+    """MODEL:INPUT=CSV:BENCH -> (model, input, csv, bench)."""
+    try:
+        left, right = spec.split("=", 1)
+        model, label = left.split(":", 1)
+        path, bench = right.rsplit(":", 1)
+    except ValueError:
+        raise SystemExit(f"--server {spec!r}: expected MODEL:INPUT=CSV:BENCH") from None
+    if bench not in BENCHES:
+        raise SystemExit(f"--server {spec!r}: unknown benchmark {bench!r}; "
+                         f"known: {', '.join(BENCHES)}")
+    return model, label, path, bench
+
+
 def server_rows(spec, local_ms):
-    """Table rows for one --server LABEL=CSV:BENCH."""
-    label, rest = spec.split("=", 1)
-    path, bench = rest.rsplit(":", 1)
-    for row in perf_rows(path):
+    """Table rows for one --server spec."""
+    model, label, path, bench = parse_spec(spec)
+    rows, column = perf_rows(path)
+    for row in rows:
         ips = float(row["Inferences/Second"])
-        conc = row["Concurrency"]
-        yield [label, conc, f"{ips:.2f}", ms(row, "p50 latency"), ms(row, "p99 latency"),
-               ms(row, "Server Queue"), ms(row, *COMPUTE), avg_batch(path, conc),
-               f"{ips * local_ms[bench] / 1000:.2f}x {bench}"]
+        level = row[column]
+        p50 = float(row["p50 latency"]) / 1000
+        # Open loop: throughput is the offered rate, not what the server can do.
+        ratio = f"{ips * local_ms[bench] / 1000:.2f}x" if column == "Concurrency" else "-"
+        yield [model, label, LOAD_COLUMNS[column].format(level), f"{ips:.2f}", f"{p50:.1f}",
+               ms(row, "p99 latency"), ms(row, "Server Queue"), ms(row, *COMPUTE),
+               avg_batch(path, level), ratio, f"{p50 / local_ms[bench]:.2f}x", bench]
 
 
-def table(header, rows):
-    """Aligned text lines: first column left, the others right."""
+def table(header, rows, left=1):
+    """Aligned text lines: the first `left` columns (text) left, the others right."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return ["  ".join(c.ljust(w) if i < left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
             for r in [header, *rows]]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", action="append", default=[], metavar="LABEL=CSV:BENCH")
+    ap.add_argument("--server", action="append", default=[], metavar="MODEL:INPUT=CSV:BENCH")
     ap.add_argument("--criterion", required=True,
-                    help="criterion group dir (target/criterion/engine)")
+                    help="criterion output dir (target/criterion)")
+    ap.add_argument("--fresh-after", type=float, metavar="EPOCH",
+                    help="fail if a criterion estimate is older (a benchmark that did not run)")
     ap.add_argument("--title", default="")
     ap.add_argument("--note", action="append", default=[], help="a line under the table")
     ap.add_argument("--out")
     args = ap.parse_args()
 
-    local_ms = {b: criterion_ms(args.criterion, b) for b in BENCHES}
+    local_ms = {b: criterion_ms(args.criterion, b, args.fresh_after) for b in BENCHES}
     server = [row for spec in args.server for row in server_rows(spec, local_ms)]
-    local = [[b, f"{local_ms[b]:.1f}", f"{1000 / local_ms[b]:.2f}"] for b in BENCHES]
+    # Which rows each in-process benchmark is the reference for.
+    compared = {}
+    for spec in args.server:
+        model, label, _, bench = parse_spec(spec)
+        compared.setdefault(bench, []).append(f"{model} {label}")
+    server = [row[:-1] for row in server]
+    local = [[b, what, f"{local_ms[b]:.1f}", f"{1000 / local_ms[b]:.2f}"]
+             for b, what in BENCHES.items()]
 
     lines = [args.title] if args.title else []
-    lines += ["", "Server: perf_analyzer -> tritonserver (model face), same machine"]
-    lines += table(SERVER_HEADER, server)
+    lines += ["", "Server: perf_analyzer -> tritonserver, same machine"]
+    lines += table(SERVER_HEADER, server, left=2)
     lines += ["", "In-process: cargo bench --bench engine "
-              "(one DlibEngine, one caller thread; criterion mean)"]
-    lines += table(["benchmark", "ms/image", "images/s"], local)
+              "(one engine, one caller thread; criterion mean)"]
+    lines += table(["benchmark", "work", "ms/image", "images/s"], local, left=2)
     lines += [
         "",
-        "server/in-process = server infer/s / in-process images/s of the same work.",
-        "The model runs 2 CPU instances: at concurrency 2 the ratio can exceed 1.",
+        "Each server row is compared with the in-process benchmark doing the same work:",
+        *(f"  {bench}: {', '.join(dict.fromkeys(compared[bench]))}"
+          for bench in BENCHES if bench in compared),
+        "server/in-process = server infer/s / in-process images/s (closed loop only: at a fixed",
+        "  request rate infer/s is the offered rate). p50/in-process = p50 latency / in-process ms.",
+        "Every model runs 2 CPU instances: at concurrency 2 the throughput ratio can exceed 1.",
         "queue/compute: server-side means per request; batch: requests per model execution.",
         *args.note,
     ]
