@@ -1,15 +1,23 @@
 """Fixtures: the located environment, the photos, and real tritonservers serving the `face` model.
 
-- `suite_env` / `photos`: session-wide; a missing tritonserver, weight, photo or backend library
-  FAILS every test with a message naming what to run (scripts/setup.sh, cargo build --release).
+- `suite_env` / `photos`: session-wide; a missing tritonserver, weight, ONNX model, photo or
+  backend library FAILS every test with a message naming what to run (scripts/setup.sh,
+  cargo build --release).
+- `engine`: the face engine the servers of a test run (an entry of tests/engines.py). Every test
+  that uses a server through the fixtures below runs once per engine, as test_x[dlib] and
+  test_x[onnx], grouped by engine within its module (so module servers are shared per engine);
+  `@pytest.mark.engines("dlib")` limits a test (or, as `pytestmark`, a module) to the engines
+  named. A test asks for `engine` itself to read its expectations (threshold, distances).
 - `probe`: bytes of a small one-face photo, to check that a server still serves.
-- `server` (+ `http`, `grpc` clients of it): one server per test module with the default config
-  and gallery {obama, biden}, for tests that do not change server state. A module can override
-  `server` (see test_limits.py) and keep using `http` / `grpc`.
+- `server` (+ `http`, `grpc` clients of it, `client`: each of them in turn): one server per
+  test module and engine with the
+  default config and gallery {obama, biden}, for tests that do not change server state. A module
+  can override `server` (see test_limits.py) and keep using `http` / `grpc`.
 - `start_server(params=..., gallery=...)`: function-scoped factory for tests that need their own
   config, gallery or restarts; every server it made is stopped after the test, pass or fail.
-  `start_module_server` is the same with module lifetime. Both pass further keywords to
-  TritonServer: `model="face_sequence"`, `config_edits=[(regex, replacement)]`, `metrics=True`.
+  `start_module_server` is the same with module lifetime. Both serve the `engine` and pass further
+  keywords to TritonServer: `model="face_sequence"`, `config_edits=[(regex, replacement)]`,
+  `metrics=True`.
 When a test fails, the tail of each running server's log is attached to its report.
 """
 
@@ -19,8 +27,43 @@ import re
 
 import pytest
 
+from engines import ENGINES, Engine
 from environment import MissingAsset, Photos, SuiteEnv, resolve_env
 from triton_server import TritonServer, live_servers
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "engines(*names): run the test only against these face engines (tests/engines.py)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # first, so that the engine leads the test id: test_x[onnx-...]
+def pytest_generate_tests(metafunc):
+    """Parametrise every test that uses the `engine` fixture (directly or through a server
+    fixture) over the engines, or over those its `engines` marker names."""
+    if "engine" not in metafunc.fixturenames:
+        return
+    names = list(ENGINES)
+    marker = metafunc.definition.get_closest_marker("engines")
+    if marker is not None:
+        unknown = [name for name in marker.args if name not in ENGINES]
+        if unknown or not marker.args:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: engines marker {marker.args}: "
+                f"name one or more of {', '.join(ENGINES)}"
+            )
+        names = list(marker.args)
+    # Module scope: the tests of a module run grouped by engine, so that module-scoped servers
+    # are started once per engine.
+    metafunc.parametrize("engine", names, ids=names, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def engine(request) -> Engine:
+    """The engine under test (parametrised by pytest_generate_tests)."""
+    return ENGINES[request.param]
 
 
 @pytest.fixture(scope="session")
@@ -42,14 +85,15 @@ def probe(photos) -> bytes:
     return photos.bytes("obama_640x480.jpg")
 
 
-def _server_factory(suite_env, tmp_path_factory, prefix):
+def _server_factory(suite_env, tmp_path_factory, prefix, engine: Engine):
     started: list[TritonServer] = []
 
     def start(params=None, gallery=None, extra_args=(), **options) -> TritonServer:
         root = tmp_path_factory.mktemp(prefix)  # numbered: prefix0, prefix1, ...
         try:
             server = TritonServer(
-                suite_env, root, params=params, gallery=gallery, extra_args=extra_args, **options
+                suite_env, root, params=params, gallery=gallery, extra_args=extra_args,
+                engine=engine.name, **options,
             )
         except MissingAsset as missing:  # e.g. no model_repository/<model>/config.pbtxt
             pytest.fail(str(missing), pytrace=False)
@@ -65,17 +109,18 @@ def _stop_all(servers: list[TritonServer]) -> None:
 
 
 @pytest.fixture
-def start_server(suite_env, tmp_path_factory, request):
+def start_server(suite_env, tmp_path_factory, request, engine):
     prefix = re.sub(r"[^\w.-]+", "_", request.node.name)[:40]
-    start, started = _server_factory(suite_env, tmp_path_factory, prefix)
+    start, started = _server_factory(suite_env, tmp_path_factory, prefix, engine)
     yield start
     _stop_all(started)
 
 
 @pytest.fixture(scope="module")
-def start_module_server(suite_env, tmp_path_factory, request):
-    """Like start_server, but the servers live until the end of the test module."""
-    start, started = _server_factory(suite_env, tmp_path_factory, request.module.__name__)
+def start_module_server(suite_env, tmp_path_factory, request, engine):
+    """Like start_server, but the servers live until the end of the test module (per engine)."""
+    prefix = f"{request.module.__name__}_{engine.name}"
+    start, started = _server_factory(suite_env, tmp_path_factory, prefix, engine)
     yield start
     _stop_all(started)
 
@@ -94,6 +139,12 @@ def http(server):
 @pytest.fixture(scope="module")
 def grpc(server):
     return server.grpc()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, server):
+    """`http` and `grpc` in turn: the test runs once per protocol (test_x[...-http])."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
-"""Where the test inputs live: the tritonserver binary, the dlib weights, the photos, the backend.
+"""Where the test inputs live: the tritonserver binary, the dlib weights, the sample ONNX models,
+the photos, the backend.
 
 Everything comes from the environment that scripts/setup.sh prepares (assets/env.sh), with the
 default locations under the repository as a fallback. A missing piece is a test FAILURE with a
@@ -25,6 +26,8 @@ WEIGHT_FILES = (
     "shape_predictor_5_face_landmarks.dat",
     "mmod_human_face_detector.dat",
 )
+# The sample ONNX models that model_repository/face_onnx/config.pbtxt names (scripts/setup.sh).
+ONNX_MODEL_FILES = ("fr_detect.onnx", "fr_landmark.onnx", "fr_feature.onnx")
 PHOTO_FILES = (
     "obama.jpg",
     "obama2.jpg",
@@ -47,6 +50,7 @@ class SuiteEnv:
     weights: Path
     photos: Path
     backend_lib: Path
+    onnx_models: Path  # holds ONNX_MODEL_FILES
     model_config: Path = MODEL_CONFIG
 
     def config_of(self, model: str) -> Path:
@@ -82,6 +86,14 @@ def resolve_env() -> SuiteEnv:
     if missing:
         problems.append(f"dlib weights missing in {weights}: {', '.join(missing)}: {setup_hint}")
 
+    assets = _from_env("FACE_ASSETS", REPO_ROOT / "assets")
+    onnx_models = _from_env("FACE_ONNX_MODELS", assets / "onnx")
+    missing = [f for f in ONNX_MODEL_FILES if not (onnx_models / f).is_file()]
+    if missing:
+        problems.append(
+            f"ONNX sample models missing in {onnx_models}: {', '.join(missing)}: {setup_hint}"
+        )
+
     photos = _from_env("FACE_PHOTOS", REPO_ROOT / "assets" / "photos")
     missing = [f for f in PHOTO_FILES if not (photos / f).is_file()]
     if missing:
@@ -96,7 +108,10 @@ def resolve_env() -> SuiteEnv:
 
     if problems:
         raise MissingAsset("\n".join(problems))
-    return SuiteEnv(server.resolve(), weights.resolve(), photos.resolve(), lib.resolve())
+    return SuiteEnv(
+        tritonserver=server.resolve(), weights=weights.resolve(), photos=photos.resolve(),
+        backend_lib=lib.resolve(), onnx_models=onnx_models.resolve(),
+    )
 
 
 class Photos:

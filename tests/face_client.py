@@ -9,6 +9,7 @@ go to the client's infer call. `sequence_infer` is one step of a `face_sequence`
 from __future__ import annotations
 
 import json
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -20,11 +21,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from engines import Engine
 from environment import SCHEMA_PATH
 
 MODEL = "face"
 SEQUENCE_MODEL = "face_sequence"
-MATCH_THRESHOLD = 0.6
 # INVALID_ARG and UNAVAILABLE as the HTTP and the gRPC client report them.
 INVALID_ARGUMENT = {"400", "StatusCode.INVALID_ARGUMENT"}
 UNAVAILABLE = {"503", "StatusCode.UNAVAILABLE"}
@@ -122,10 +123,18 @@ def model_statistics(client, model: str = MODEL) -> dict:
     return client.get_inference_statistics(model)["model_stats"][0]
 
 
-def model_counts(client, model: str = MODEL) -> tuple[int, int]:
-    """(inference_count, execution_count) of the model: requests done vs batches executed."""
-    stats = model_statistics(client, model)
-    return int(stats["inference_count"]), int(stats["execution_count"])
+def model_counts(client, model: str = MODEL, inferences: int = 0) -> tuple[int, int]:
+    """(inference_count, execution_count) of the model: requests done vs batches executed, once
+    inference_count reaches `inferences` (the backend reports a batch's statistics just after
+    sending its responses, so a client may see its answers a moment before they are counted)."""
+    deadline = time.monotonic() + 10
+    while True:
+        stats = model_statistics(client, model)
+        counts = int(stats["inference_count"]), int(stats["execution_count"])
+        if counts[0] >= inferences:
+            return counts
+        assert time.monotonic() < deadline, f"statistics stuck at {counts}, want {inferences}"
+        time.sleep(0.05)
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -180,8 +189,32 @@ def assert_geometry(doc: dict, margin: float = 0.25) -> None:
             )
 
 
-def assert_person(doc: dict, name: str, size: tuple[int, int] | None = None) -> dict:
-    """Exactly one face, named `name` (within the match threshold unless "unknown"); returns it."""
+def assert_face(face: dict, engine: Engine) -> None:
+    """What one face document says about the engine that made it: the detector's score (null
+    where it reports none), the embedding's length when returned, and a name consistent with
+    the distance and the engine's match threshold."""
+    if engine.score is None:
+        assert face["score"] is None, f"{engine} reports no detector score: {face}"
+    else:
+        low, high = engine.score
+        assert face["score"] is not None and low <= face["score"] <= high, (
+            f"{engine} detector score outside [{low}, {high}]: {face}"
+        )
+    if "embedding" in face:
+        assert len(face["embedding"]) == engine.embedding_len, (
+            f"{engine} embeddings have {engine.embedding_len} values, got {len(face['embedding'])}"
+        )
+    distance = face["distance"]
+    if face["name"] != "unknown":
+        assert distance is not None and distance < engine.match_threshold, face
+    elif distance is not None:
+        assert distance >= engine.match_threshold, f"unknown within the threshold: {face}"
+
+
+def assert_person(
+    doc: dict, name: str, engine: Engine, size: tuple[int, int] | None = None
+) -> dict:
+    """Exactly one face, named `name` (see assert_face); returns it."""
     if size is not None:
         assert (doc["image"]["width"], doc["image"]["height"]) == size, (
             f"image size {doc['image']} != photo size {size}"
@@ -189,8 +222,7 @@ def assert_person(doc: dict, name: str, size: tuple[int, int] | None = None) -> 
     assert names(doc) == [name], f"expected one face named {name!r}, got {names(doc)}"
     assert_geometry(doc)
     face = doc["faces"][0]
-    if name != "unknown":
-        assert face["distance"] is not None and face["distance"] < MATCH_THRESHOLD, face
+    assert_face(face, engine)
     return face
 
 

@@ -1,5 +1,5 @@
 """Bad requests get their own INVALID_ARG error, and the server goes on serving: one at a time,
-over gRPC, and mixed with good requests in the same dynamic batches."""
+over gRPC, and mixed with good requests in the same dynamic batches. Against both engines."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def _good_request(photos, photo, scale):
     return pixel_tensors(photos.rgb(photo, scale))
 
 
-def test_good_and_bad_requests_in_the_same_batches(http, photos, probe):
+def test_good_and_bad_requests_in_the_same_batches(http, photos, probe, engine):
     good = [(_good_request(photos, photo, scale), person) for photo, scale, person in GOOD]
     bad = [(BAD_REQUESTS[case][0](photos), BAD_REQUESTS[case][1]) for case in BAD]
     # Interleaved: good, good, bad, good, good, bad, ...
@@ -110,7 +110,7 @@ def test_good_and_bad_requests_in_the_same_batches(http, photos, probe):
     for (kind, _, expected), handle in zip(mixed, pending):
         if kind == "good":
             [doc] = collect(handle)
-            assert_person(doc, expected)
+            assert_person(doc, expected, engine)
         else:
             expect_invalid(lambda: collect(handle), *expected)
     assert_serving(http, probe)

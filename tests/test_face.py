@@ -1,5 +1,6 @@
 """Recognition with the default config and the gallery {obama.jpg, biden.jpg}: single photos over
-HTTP and gRPC, encoded and raw, batches, concurrent ragged requests, model metadata."""
+HTTP and gRPC, encoded and raw, batches, concurrent ragged requests, model metadata. Every test
+runs against both engines (test_x[dlib], test_x[onnx]; see tests/engines.py)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,13 @@ def _box(face: dict) -> tuple[int, int, int, int]:
     return box["left"], box["top"], box["right"], box["bottom"]
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("photo,person", PEOPLE)
-def test_recognizes_encoded_and_raw_photo(request, photos, protocol, photo, person):
-    client = request.getfixturevalue(protocol)
+def test_recognizes_encoded_and_raw_photo(client, photos, engine, photo, person):
     size = photos.size(photo)
     [encoded] = infer_encoded(client, [photos.bytes(photo)])
     [raw] = infer_pixels(client, photos.rgb(photo))
-    by_encoded = assert_person(encoded, person, size)
-    by_pixels = assert_person(raw, person, size)
+    by_encoded = assert_person(encoded, person, engine, size)
+    by_pixels = assert_person(raw, person, engine, size)
     # The backend's decoder and Pillow decode the same JPEG to (almost) the same pixels.
     width = size[0]
     assert all(abs(a - b) <= 0.02 * width for a, b in zip(_box(by_encoded), _box(by_pixels))), (
@@ -37,9 +36,9 @@ def test_recognizes_encoded_and_raw_photo(request, photos, protocol, photo, pers
     assert "embedding" not in by_encoded, "embeddings returned although return_embeddings=false"
 
 
-def test_gallery_photo_matches_itself(http, photos):
+def test_gallery_photo_matches_itself(http, photos, engine):
     [doc] = infer_encoded(http, [photos.bytes("biden.jpg")])
-    face = assert_person(doc, "biden")
+    face = assert_person(doc, "biden", engine)
     assert face["distance"] < 0.05, f"the gallery photo itself is at distance {face['distance']}"
 
 
@@ -53,10 +52,10 @@ def test_no_face(http, photos):
 
 
 @pytest.mark.parametrize("photo", ["32bit.png", "obama2.webp"])
-def test_encoded_formats(http, photos, photo):
+def test_encoded_formats(http, photos, engine, photo):
     """An RGBA PNG and a WebP are decoded like the JPEG."""
     [doc] = infer_encoded(http, [photos.bytes(photo)])
-    assert_person(doc, "obama", photos.size(photo))
+    assert_person(doc, "obama", engine, photos.size(photo))
 
 
 def test_grayscale_jpeg_is_accepted(http, photos):
@@ -65,18 +64,16 @@ def test_grayscale_jpeg_is_accepted(http, photos):
     assert_geometry(doc)
 
 
-def test_batch_of_raw_images_in_one_request(http, photos):
+def test_batch_of_raw_images_in_one_request(http, photos, engine):
     image = photos.rgb("obama2.jpg")
     docs = infer_pixels(http, [image, image])
     assert len(docs) == 2
     for doc in docs:
-        assert_person(doc, "obama", photos.size("obama2.jpg"))
+        assert_person(doc, "obama", engine, photos.size("obama2.jpg"))
     assert docs[0] == docs[1], "the same image twice in one batch gave different answers"
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_batch_of_encoded_images_keeps_order(request, photos, protocol):
-    client = request.getfixturevalue(protocol)
+def test_batch_of_encoded_images_keeps_order(client, photos):
     batch = ["obama2.jpg", "noface.jpg", "biden.jpg"]
     docs = infer_encoded(client, [photos.bytes(p) for p in batch])
     assert [names(doc) for doc in docs] == [["obama"], [], ["biden"]]
@@ -107,7 +104,7 @@ def ragged_request(photos, photo: str, scale: float, kind: str):
     return pixel_tensors(pixels), (pixels.shape[1], pixels.shape[0])
 
 
-def test_concurrent_ragged_requests(http, photos):
+def test_concurrent_ragged_requests(http, photos, engine):
     cases = RAGGED * 2
     requests = [ragged_request(photos, photo, scale, kind) for photo, scale, _, kind in cases]
     inferences_before, executions_before = model_counts(http)
@@ -115,14 +112,14 @@ def test_concurrent_ragged_requests(http, photos):
     for (photo, scale, person, kind), (_, size), handle in zip(cases, requests, pending):
         [doc] = collect(handle)
         assert names(doc) == [person], f"{photo} x{scale} as {kind}: {names(doc)}"
-        assert_person(doc, person, size)
-    inferences, executions = model_counts(http)
+        assert_person(doc, person, engine, size)
+    inferences, executions = model_counts(http, inferences=inferences_before + len(cases))
     # 18 requests at once on 2 instances: the dynamic batcher must have grouped some of them.
     assert inferences - inferences_before == len(cases)
     assert executions - executions_before < len(cases), "no request was batched with another"
 
 
-def test_model_metadata(http):
+def test_model_metadata(http, engine):
     metadata = http.get_model_metadata(MODEL)
     inputs = {tensor["name"]: tensor for tensor in metadata["inputs"]}
     assert set(inputs) == {"IMAGE", "ENCODED", "ENROLL"}
@@ -135,3 +132,5 @@ def test_model_metadata(http):
     config = http.get_model_config(MODEL)
     assert config["max_batch_size"] == 8
     assert config["backend"] == "face"
+    # The server under test really runs the engine the test is parametrised with.
+    assert config["parameters"]["engine"]["string_value"] == engine.name, config["parameters"]

@@ -1,13 +1,13 @@
 """The gallery: loading it from the model directory, enrolling through ENROLL, and the store
-(gallery/enrolled.json) surviving a clean restart, a SIGKILL and concurrent enrollments."""
+(gallery/enrolled.json) surviving a clean restart, a SIGKILL and concurrent enrollments. Every
+test runs against both engines."""
 
 from __future__ import annotations
 
 import json
 
 from face_client import (
-    MATCH_THRESHOLD, assert_person, collect, infer_encoded, infer_pixels, names, pixel_tensors,
-    submit,
+    assert_person, collect, infer_encoded, infer_pixels, names, pixel_tensors, submit,
 )
 
 
@@ -30,29 +30,31 @@ def _who(client, photos, photo: str) -> list[str]:
     return names(doc)
 
 
-def test_enroll_then_recognize(start_server, photos):
+def test_enroll_then_recognize(start_server, photos, engine):
     client = start_server(gallery=_gallery(photos, biden="biden.jpg")).http()
     [before] = infer_encoded(client, [photos.bytes("obama2.jpg")])
-    stranger = assert_person(before, "unknown")
-    assert stranger["distance"] is not None and stranger["distance"] >= MATCH_THRESHOLD, stranger
+    stranger = assert_person(before, "unknown", engine)
+    assert stranger["distance"] is not None and stranger["distance"] >= engine.match_threshold, (
+        stranger
+    )
 
     [ack] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll="obama")
     assert ack["enrolled"] == {"name": "obama", "gallery_size": 2, "added": True}
     assert len(ack["faces"]) == 1
     for photo in ("obama2.jpg", "obama3.jpg"):
         [doc] = infer_encoded(client, [photos.bytes(photo)])
-        assert_person(doc, "obama", photos.size(photo))
+        assert_person(doc, "obama", engine, photos.size(photo))
     assert _who(client, photos, "biden.jpg") == ["biden"]
 
     [again] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll="obama")
     assert again["enrolled"] == {"name": "obama", "gallery_size": 2, "added": False}
 
 
-def test_enrollment_survives_restart(start_server, photos):
+def test_enrollment_survives_restart(start_server, photos, engine):
     server = start_server(gallery={})
     client = server.http()
     [before] = infer_encoded(client, [photos.bytes("obama2.jpg")])
-    assert_person(before, "unknown")
+    assert_person(before, "unknown", engine)
     assert before["faces"][0]["distance"] is None, "empty gallery: distance must be null"
 
     pixels = photos.rgb("obama.jpg")

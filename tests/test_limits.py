@@ -1,5 +1,5 @@
 """The limits max_image_pixels, max_faces_per_image and max_gallery_size fail only the request
-that exceeds them. One server, empty gallery, small limits."""
+that exceeds them. One server per engine, empty gallery, small limits."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The stateful `face_sequence` model (Triton's sequence batcher): sequences interleaved over HTTP
 threads and one gRPC stream with both scheduling strategies, batches mixing sequences, string
 correlation IDs, errors, idle eviction, and many short sequences (the live-sequence gauge and the
-server's memory). Gallery {obama.jpg, biden.jpg} throughout; every document is schema-checked."""
+server's memory). Gallery {obama.jpg, biden.jpg} throughout; every document is schema-checked.
+Every server test runs against both engines: with onnx, face_sequence's config is switched to
+`engine: onnx` and the sample ONNX parameters (triton_server.engine_config)."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def direct_server(start_module_server):
 
 
 @pytest.fixture(params=list(STRATEGIES))
-def seq_server(request):
+def seq_server(request, engine):  # `engine`: parametrise by engine (the servers depend on it)
     return request.getfixturevalue(f"{request.param}_server")
 
 
@@ -255,6 +257,14 @@ def test_schema_for_documents_a_server_rarely_sends(doc, valid):
             validate(doc)
 
 
+def test_sequence_model_runs_the_engine(oldest_server, engine):
+    """face_sequence's config switch: the model under test serves with `engine`."""
+    config = oldest_server.http().get_model_config(SEQUENCE_MODEL)
+    assert config["parameters"]["engine"]["string_value"] == engine.name, config["parameters"]
+    loaded = f"model '{SEQUENCE_MODEL}': engine {engine.name}"
+    assert loaded in oldest_server.log_text(), f"the model load does not log {loaded!r}"
+
+
 @pytest.mark.parametrize("transport", ["http_threads", "grpc_stream"])
 def test_interleaved_sequences(seq_server, photos, transport):
     """SCENARIO's three sequences at once: one HTTP client thread each, or one gRPC stream."""
@@ -390,6 +400,13 @@ def test_errors_leave_other_sequences_running(start_server, photos):
     advance()
     check_summary(done[-1]["summary"], done, [(0, OBAMA, [0, 2]), (1, BIDEN, [1, 3])])
     assert live_sequences(server) == 0
+    # Triton still holds 63 and 64 open (it took their refused STARTs as started): their END
+    # fails like a frame, and closes them, so the server stops without waiting for them.
+    for sequence_id, sender in ((63, client), (64, grpc)):
+        expect_error(
+            lambda: sequence_infer(sender, sequence_id, end=True), INVALID_ARGUMENT,
+            f"sequence {sequence_id}",
+        )
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))

@@ -6,6 +6,8 @@
     server.stop()           # SIGTERM, SIGKILL after 15 s; server.kill() is SIGKILL at once
 
 Options: `model="face_sequence"` serves that model of model_repository/ instead;
+`engine="onnx"` serves it with the ONNX engine (see engine_config: `face` is then the sample
+model_repository/face_onnx, other models get `engine: onnx` switched into their own config);
 `config_edits=[(regex, replacement)]` rewrites its config.pbtxt text (each regex must match);
 `metrics=True` opens the metrics port (`metrics_url`, `metric(...)`); `rss_kib()` is the
 server's resident memory.
@@ -32,7 +34,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from environment import SuiteEnv
+from environment import ONNX_MODEL_FILES, SuiteEnv
 
 MODEL = "face"
 READY_TIMEOUT_S = 60.0
@@ -66,6 +68,65 @@ def edit_config(config: str, pattern: str, replacement: str) -> str:
     return config
 
 
+def remove_parameter(config: str, key: str) -> str:
+    """Drop the string parameter `key` from a config.pbtxt text (if present)."""
+    pattern = re.compile(
+        r'[ \t]*parameters\s*\{\s*key:\s*"' + re.escape(key) + r'"\s*'
+        r'value:\s*\{\s*string_value:\s*"(?:[^"\\]|\\.)*"\s*\}\s*\}[ \t]*\n?'
+    )
+    return pattern.sub("", config)
+
+
+def parameters_of(config: str) -> dict[str, str]:
+    """The string parameters of a config.pbtxt text, in order."""
+    found = re.findall(
+        r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*'
+        r'"((?:[^"\\]|\\.)*)"\s*\}\s*\}',
+        config,
+    )
+    return {key: re.sub(r"\\(.)", r"\1", value) for key, value in found}
+
+
+def rename_model(config: str, name: str) -> str:
+    """Set the `name:` of a config.pbtxt text (Triton wants the model directory's name)."""
+    config, count = re.subn(r'(?m)^name:\s*"[^"]*"', f'name: "{name}"', config)
+    if count != 1:
+        raise ValueError(f"expected one top-level name: in the model config, found {count}")
+    return config
+
+
+# The engines a TritonServer can configure its model for (tests/engines.py describes them).
+ENGINE_NAMES = ("dlib", "onnx")
+# The sample ONNX model: its config is what `face` runs as with engine="onnx", and its
+# parameters are what switches another model (face_sequence) to the ONNX engine.
+ONNX_SAMPLE_MODEL = "face_onnx"
+# Parameters that mean something to the dlib engine only; dropped when switching to onnx.
+DLIB_PARAMETERS = ("detector", "weights_dir")
+
+
+def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
+    """The config.pbtxt text of `model` served by `engine`, before the test's own edits.
+
+    dlib: model_repository/<model>/config.pbtxt with the suite's weights folder.
+    onnx: for `face`, the sample model_repository/face_onnx/config.pbtxt as shipped (renamed);
+    for another model, its own config with the dlib parameters replaced by the sample's
+    parameters (`engine: onnx`, the three models, channels, threshold, ...). The .onnx files
+    are linked into the version folder (see TritonServer)."""
+    if engine not in ENGINE_NAMES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
+    if engine == "dlib":
+        return set_parameter(env.config_of(model).read_text(), "weights_dir", str(env.weights))
+    sample = env.config_of(ONNX_SAMPLE_MODEL).read_text()
+    if model == MODEL:
+        return rename_model(sample, model)
+    config = env.config_of(model).read_text()
+    for key in DLIB_PARAMETERS:
+        config = remove_parameter(config, key)
+    for key, value in parameters_of(sample).items():
+        config = set_parameter(config, key, value)
+    return config
+
+
 def free_ports(count: int) -> list[int]:
     """Ports nobody listens on right now (bound to port 0 together, then released)."""
     sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
@@ -95,13 +156,16 @@ class TritonServer:
         model: str = MODEL,
         config_edits: Sequence[tuple[str, str]] = (),
         metrics: bool = False,
+        engine: str = "dlib",
     ):
         """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
         images; None means the default {obama, biden}, {} an empty gallery. `config_edits` are
-        (regex, replacement) pairs applied in order to the model's config.pbtxt text."""
+        (regex, replacement) pairs applied in order to the model's config.pbtxt text (after the
+        engine's set-up, before `params`)."""
         self.env = env
         self.root = Path(root)
         self.model = model
+        self.engine = engine
         self.model_dir = self.root / "models" / model
         self.gallery_dir = self.model_dir / "gallery"
         self.extra_args = tuple(extra_args)
@@ -122,13 +186,17 @@ class TritonServer:
         self, params: dict[str, str], gallery: Mapping[str, Path],
         config_edits: Sequence[tuple[str, str]],
     ) -> None:
-        (self.model_dir / "1").mkdir(parents=True)
+        version_dir = self.model_dir / "1"
+        version_dir.mkdir(parents=True)
         (self.root / "backends").mkdir()  # empty --backend-directory: only our library is found
         shutil.copy2(self.env.backend_lib, self.model_dir / "libtriton_face.so")
-        config = self.env.config_of(self.model).read_text()
+        config = engine_config(self.env, self.model, self.engine)
+        if self.engine == "onnx":  # *_model parameters are relative to the version folder
+            for name in ONNX_MODEL_FILES:
+                (version_dir / name).symlink_to(self.env.onnx_models / name)
         for pattern, replacement in config_edits:
             config = edit_config(config, pattern, replacement)
-        for key, value in {"weights_dir": str(self.env.weights), **params}.items():
+        for key, value in params.items():
             config = set_parameter(config, key, value)
         (self.model_dir / "config.pbtxt").write_text(config)
         self.gallery_dir.mkdir()
@@ -163,6 +231,23 @@ class TritonServer:
             f"---- server log {self.log_path} ----\n{log}",
             pytrace=False,
         )
+
+    def start_expecting_exit(self, timeout: float = READY_TIMEOUT_S) -> str:
+        """Start a server that must exit during start-up (a model that fails to load, with
+        Triton's default --exit-on-error); returns its log. Fails the test if it gets ready."""
+        assert not self.running, "server already running"
+        self._spawn()
+        ready = self._wait_ready(timeout)
+        if not self.exited_early:
+            self.stop()
+            what = "got ready" if ready else f"neither exited nor got ready within {timeout:.0f} s"
+            pytest.fail(
+                f"tritonserver {what}; expected it to exit at start-up\n"
+                f"---- server log {self.log_path} ----\n{self.log_text()}",
+                pytrace=False,
+            )
+        _LIVE.discard(self)
+        return self.log_text()
 
     def _spawn(self) -> None:
         self._runs += 1

@@ -27,7 +27,8 @@ pub struct Settings {
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
     pub pixel_format: PixelFormat,
-    /// `None`: the engine's own default (0.6 for dlib's Euclidean distance).
+    /// `None`: the engine's own default (0.6 for dlib's Euclidean distance, 0.5 for
+    /// the onnx engine's 1 - cosine).
     pub match_threshold: Option<f32>,
     pub max_image_pixels: u64,
     pub max_faces_per_image: usize,
@@ -76,7 +77,7 @@ pub const PARAMETERS: &[(&str, &str)] = &[
     ("weights_dir", "weights"),
     ("gallery_dir", "gallery"),
     ("pixel_format", "RGB"),
-    ("match_threshold", "(engine default: 0.6 for dlib)"),
+    ("match_threshold", "(engine default: 0.6 dlib, 0.5 onnx)"),
     ("max_image_pixels", "40000000"),
     ("max_faces_per_image", "64"),
     ("max_gallery_size", "10000"),

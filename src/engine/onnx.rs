@@ -15,7 +15,6 @@ use opencv::imgproc;
 use opencv::prelude::*;
 use tract_onnx::prelude::*;
 
-use super::require_file;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
 use crate::pipeline::{BoxPx, Engine, Face, Frame, Metric};
@@ -74,6 +73,20 @@ struct Net {
     /// Input shape, batch first; `batch_free` when the batch dim is symbolic.
     shape: Vec<usize>,
     batch_free: bool,
+}
+
+/// The model file a parameter names; a missing one fails the load naming the
+/// parameter and the path (relative values are in the version folder).
+fn model_file<'a>(key: &str, path: &'a Path) -> Result<&'a Path> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::unavailable(format!(
+            "model parameter `{key}`: file {} not found (relative paths are resolved against \
+             the model's version folder)",
+            path.display()
+        )))
+    }
 }
 
 /// Load, type, optimize and plan a model once. `size` fixes the input's
@@ -166,28 +179,27 @@ unsafe impl Send for OnnxEngine {}
 
 impl OnnxEngine {
     pub fn load(settings: &OnnxSettings) -> Result<Self> {
-        let file = |p: &Path| -> Result<PathBuf> {
-            let dir = p.parent().unwrap_or(Path::new("."));
-            require_file(
-                dir,
-                &p.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            )
-        };
         let detector = load_net(
             "detector_model",
-            &file(&settings.detector_model)?,
+            model_file("detector_model", &settings.detector_model)?,
             settings.detector_size,
         )?;
         let landmarks = match &settings.landmark_model {
-            Some(p) => Some(load_net("landmark_model", &file(p)?, None)?),
+            Some(p) => Some(load_net(
+                "landmark_model",
+                model_file("landmark_model", p)?,
+                None,
+            )?),
             None => return Err(Error::invalid(
                 "the ultraface detector gives no landmarks: set the `landmark_model` parameter \
                      (a 68-point model) so faces can be aligned",
             )),
         };
-        let embedder = load_net("embedder_model", &file(&settings.embedder_model)?, None)?;
+        let embedder = load_net(
+            "embedder_model",
+            model_file("embedder_model", &settings.embedder_model)?,
+            None,
+        )?;
         // One dry run tells the embedding length.
         let probe =
             Tensor::zero::<f32>(&[1, embedder.shape[1], embedder.shape[2], embedder.shape[3]])
