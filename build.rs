@@ -44,9 +44,10 @@ fn main() {
         .expect("cannot write Triton bindings");
 }
 
-/// Sets `cfg(dlib_cuda)` when the system dlib was built with CUDA (its
-/// installed config header defines DLIB_USE_CUDA), so the backend can say in
-/// its log whether the engine runs on the GPU. DLIB_CONFIG_H overrides the path.
+/// Sets `cfg(dlib_cuda)` when the dlib headers we compile against say it was
+/// built with CUDA (config.h defines DLIB_USE_CUDA; /usr/local first, where a
+/// source build installs), so the backend can say in its log whether the
+/// engine runs on the GPU. DLIB_CONFIG_H overrides the path.
 fn detect_dlib_cuda() {
     println!("cargo::rustc-check-cfg=cfg(dlib_cuda)");
     println!("cargo:rerun-if-env-changed=DLIB_CONFIG_H");
@@ -72,5 +73,8 @@ fn detect_dlib_cuda() {
             }
             return;
         }
+    }
+    if let Ok(path) = env::var("DLIB_CONFIG_H") {
+        println!("cargo:warning=DLIB_CONFIG_H={path} is not readable: assuming dlib without CUDA");
     }
 }

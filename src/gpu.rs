@@ -103,6 +103,14 @@ pub fn decide(
     }
 }
 
+/// "CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected".
+fn describe(e: cu::DriverError) -> String {
+    match e.error_string() {
+        Ok(text) => format!("{:?}: {}", e.0, text.to_string_lossy()),
+        Err(_) => format!("{:?}", e.0),
+    }
+}
+
 /// Runs a cudarc call, turning its panics (missing library or symbol) into
 /// a driver failure.
 fn guarded<T>(
@@ -129,7 +137,7 @@ fn open_context(device_id: i32) -> std::result::Result<Arc<CudaContext>, ProbeFa
     }
     let ordinal = usize::try_from(device_id)
         .map_err(|_| ProbeFailure::Driver(format!("invalid device id {device_id}")))?;
-    guarded(|| CudaContext::new(ordinal).map_err(|e| e.to_string())).map_err(ProbeFailure::Driver)
+    guarded(|| CudaContext::new(ordinal).map_err(describe)).map_err(ProbeFailure::Driver)
 }
 
 /// The device a GPU instance runs on, its context retained for the
@@ -144,15 +152,15 @@ impl Gpu {
     pub fn open(instance: &str, device_id: i32, min: Capability) -> Result<Gpu> {
         let probed = open_context(device_id).and_then(|ctx| {
             let info = guarded(|| {
-                let (major, minor) = ctx.compute_capability().map_err(|e| e.to_string())?;
+                let (major, minor) = ctx.compute_capability().map_err(describe)?;
                 Ok(DeviceInfo {
                     ordinal: device_id,
-                    name: ctx.name().map_err(|e| e.to_string())?,
+                    name: ctx.name().map_err(describe)?,
                     capability: Capability {
                         major: major.max(0) as u32,
                         minor: minor.max(0) as u32,
                     },
-                    total_mem: ctx.total_mem().map_err(|e| e.to_string())?,
+                    total_mem: ctx.total_mem().map_err(describe)?,
                 })
             })
             .map_err(ProbeFailure::Driver)?;
@@ -171,7 +179,7 @@ impl Gpu {
     /// Makes this device current on the calling thread, so that CUDA work
     /// the engine starts (dlib's runtime API calls) lands on it.
     pub fn bind(&self) -> Result<()> {
-        guarded(|| self.ctx.bind_to_thread().map_err(|e| e.to_string())).map_err(|why| {
+        guarded(|| self.ctx.bind_to_thread().map_err(describe)).map_err(|why| {
             Error::internal(format!(
                 "could not bind GPU {} to this thread: {why}",
                 self.info.ordinal
@@ -180,10 +188,30 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Whether this device's context is the calling thread's current one.
+    pub fn is_current(&self) -> bool {
+        let current = guarded(|| cu::ctx::get_current().map_err(describe));
+        matches!(current, Ok(Some(ctx)) if ctx == self.ctx.cu_ctx())
+    }
+}
+
 /// Copies `len` bytes at device address `ptr` on GPU `device_id` to the host.
+/// The calling thread's current context (the instance's device) is restored
+/// afterwards, so the engine keeps running where its instance lives.
 pub fn copy_to_host(ptr: *const u8, len: usize, device_id: i64) -> Result<Vec<u8>> {
-    let device = i32::try_from(device_id)
-        .map_err(|_| Error::internal(format!("input in GPU memory on device {device_id}?")))?;
+    let device = i32::try_from(device_id).map_err(|_| {
+        Error::internal(format!(
+            "input in GPU memory with an out-of-range device id {device_id}"
+        ))
+    })?;
+    let previous = driver_present()
+        .then(|| {
+            guarded(|| cu::ctx::get_current().map_err(describe))
+                .ok()
+                .flatten()
+        })
+        .flatten();
     let ctx = open_context(device).map_err(|failure| {
         Error::unavailable(format!(
             "an input is in GPU memory (device {device}) but {}",
@@ -194,14 +222,20 @@ pub fn copy_to_host(ptr: *const u8, len: usize, device_id: i64) -> Result<Vec<u8
         ))
     })?;
     let mut host = vec![0u8; len];
-    guarded(|| {
-        ctx.bind_to_thread().map_err(|e| e.to_string())?;
+    let copied = guarded(|| {
+        ctx.bind_to_thread().map_err(describe)?;
         // SAFETY: Triton says `ptr` holds `len` bytes of device memory while
         // the request lives; `host` has room for exactly `len` bytes.
-        unsafe { cu::memcpy_dtoh_sync(&mut host, ptr as cusys::CUdeviceptr) }
-            .map_err(|e| e.to_string())
-    })
-    .map_err(|why| Error::internal(format!("copying an input from GPU {device}: {why}")))?;
+        unsafe { cu::memcpy_dtoh_sync(&mut host, ptr as cusys::CUdeviceptr) }.map_err(describe)
+    });
+    // Dropping a cudarc context binds it to the thread first: drop, then restore.
+    drop(ctx);
+    if let Some(previous) = previous {
+        // SAFETY: `previous` was current on this thread a moment ago and its
+        // owner (the instance's Gpu) outlives this call.
+        let _ = guarded(|| unsafe { cu::ctx::set_current(previous) }.map_err(describe));
+    }
+    copied.map_err(|why| Error::internal(format!("copying an input from GPU {device}: {why}")))?;
     Ok(host)
 }
 

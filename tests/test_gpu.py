@@ -12,6 +12,8 @@
   stand-in driver reporting devices of chosen compute capability. The stand-in fakes the hardware;
   the code under test (cudarc loading the library at run time, the capability rule, binding the
   device, the device-to-host copy used for CUDA shared-memory inputs) is the backend's own.
+The servers here run the dlib engine only: it is the engine that can use a GPU (the ONNX engine,
+tract, always runs on the CPU), and instance kinds do not depend on the engine.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from environment import REPO_ROOT
+from engines import DLIB
 from face_client import assert_person, encoded_tensors, infer, infer_encoded
 from triton_server import TritonServer
 
@@ -72,12 +75,16 @@ def fake_cuda(tmp_path_factory) -> Path:
     return out
 
 
+def with_fake(fake: Path) -> str:
+    """LD_LIBRARY_PATH with the stand-in first (the image's own paths kept after it)."""
+    return os.pathsep.join(p for p in (str(fake), os.environ.get("LD_LIBRARY_PATH", "")) if p)
+
+
 def probe(binary: Path, *args: str, fake: Path | None = None, **fake_env: str):
     """Run gpu_probe; returns (exit code, its one or two output lines)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_CUDA_")}
-    env.pop("LD_LIBRARY_PATH", None)
     if fake is not None:
-        env["LD_LIBRARY_PATH"] = str(fake)
+        env["LD_LIBRARY_PATH"] = with_fake(fake)
         env.update(fake_env)
     done = subprocess.run([str(binary), *args], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -120,7 +127,7 @@ def test_kind_gpu_model(suite_env, tmp_path, photos):
             assert re.search(r"instance 'face_gpu_0_0': GPU 0 '.+' \(compute capability", log), log
             assert re.search(r"'face_gpu'.* engine on (GPU 0|CPU \(dlib without CUDA\))", log), log
             [doc] = infer(client, encoded_tensors([photos.bytes("obama.jpg")]), model="face_gpu")
-            assert_person(doc, "unknown")  # its gallery is empty
+            assert_person(doc, "unknown", DLIB)  # its gallery is empty
             return
 
         with pytest.raises(InferenceServerException) as info:
@@ -139,7 +146,7 @@ def test_kind_gpu_model(suite_env, tmp_path, photos):
         assert client.is_server_live()
         assert client.is_model_ready("face")
         [doc] = infer_encoded(client, [photos.bytes("obama.jpg")])
-        assert_person(doc, "obama")
+        assert_person(doc, "obama", DLIB)
         assert server.running
 
 
@@ -152,16 +159,19 @@ def test_kind_cpu_instances_never_load_the_cuda_driver(suite_env, tmp_path, phot
     assert "cuInit" in record.read_text()
     record.unlink()
 
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_cuda))
+    monkeypatch.setenv("LD_LIBRARY_PATH", with_fake(fake_cuda))
     monkeypatch.setenv("FAKE_CUDA_LOG", str(record))
     server = TritonServer(suite_env, tmp_path / "server")  # `face`: two KIND_CPU instances
     with server:
         client = server.http()
         for name in ("obama.jpg", "biden.jpg"):
             [doc] = infer_encoded(client, [photos.bytes(name)])
-            assert_person(doc, name.removesuffix(".jpg"))
+            assert_person(doc, name.removesuffix(".jpg"), DLIB)
     log = server.log_text()
-    assert "engine on CPU" in log, "instances should log where their engine runs"
+    # A CUDA-built dlib (Dockerfile.build) says its networks use GPU 0 anyway.
+    assert re.search(r"engine on (CPU|GPU 0 \(dlib built with CUDA\))", log), (
+        "instances should log where their engine runs"
+    )
     assert not record.exists(), f"a KIND_CPU server called the CUDA driver: {record.read_text()}"
 
 
@@ -201,16 +211,19 @@ def test_missing_device_is_refused(gpu_probe, fake_cuda):
     code, out = probe(gpu_probe, "2", "6.0", fake=fake_cuda, FAKE_CUDA_DEVICES="2")
     assert code == 1, out
     assert out.startswith("ERR Unavailable:") and "device 2 could not be opened" in out, out
-    assert "CUDA_ERROR_INVALID_DEVICE" in out, out
+    assert out.endswith("CUDA_ERROR_INVALID_DEVICE: invalid device ordinal"), out
 
     code, out = probe(gpu_probe, "0", "6.0", fake=fake_cuda, FAKE_CUDA_DEVICES="0")
     assert code == 1 and "CUDA_ERROR_NO_DEVICE" in out, out
 
 
 def test_gpu_memory_input_is_copied_to_host(gpu_probe, fake_cuda):
-    code, out = probe(gpu_probe, "1", "6.0", "--copy", fake=fake_cuda, FAKE_CUDA_DEVICES="2")
+    """An input on another GPU than the instance's: copied, and the instance's device stays
+    current for the engine (the stand-in's "device memory" is host memory)."""
+    code, out = probe(gpu_probe, "1", "6.0", "--copy-from", "0", fake=fake_cuda,
+                      FAKE_CUDA_DEVICES="2")
     assert code == 0, out
     assert out.splitlines() == [
         "OK GPU 1 'Fake GPU' (compute capability 8.6, 16384 MiB)",
-        "COPY OK 256 bytes",
+        "COPY OK 256 bytes from GPU 0; GPU 1 still current",
     ], out

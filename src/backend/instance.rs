@@ -20,36 +20,51 @@ impl InstanceState {
     pub fn load(instance: InstanceHandle, model: &ModelState) -> Result<Self> {
         let name = instance.name()?;
         let kind = instance.kind()?;
+        let engine_kind = model.settings.engine;
         let gpu = match kind {
             InstanceKind::Gpu => {
                 let device = instance.device_id()?;
                 let gpu = Gpu::open(&name, device, model.settings.min_compute_capability)?;
                 log::info(&format!("instance '{name}': {}", gpu.info));
-                Some(gpu)
+                // tract runs on the CPU: the device passed the rule, but keeping
+                // its context would only hold GPU memory.
+                (engine_kind == EngineKind::Dlib).then_some(gpu)
             }
-            InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => None,
+            InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => {
+                if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib {
+                    log::warn(&format!(
+                        "instance '{name}' is {kind:?} but the linked dlib was built with CUDA: \
+                         its networks run on the thread's current GPU (device 0) regardless"
+                    ));
+                }
+                None
+            }
         };
         // The engine's CUDA work (if any) must land on this instance's device.
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
         let engine = new_engine(&model.settings)?;
-        let place = match (&gpu, model.settings.engine) {
-            (None, _) => "CPU".to_string(),
-            (Some(gpu), EngineKind::Dlib) if DLIB_USES_CUDA => format!("GPU {}", gpu.info.ordinal),
-            (Some(_), EngineKind::Dlib) => {
+        // `gpu` is kept only for the dlib engine.
+        let place = match &gpu {
+            Some(gpu) if DLIB_USES_CUDA => format!("GPU {}", gpu.info.ordinal),
+            Some(_) => {
                 log::warn(&format!(
                     "instance '{name}' is KIND_GPU but the linked dlib was built without CUDA: \
                      the engine runs on the CPU (see Dockerfile.build for a CUDA build)"
                 ));
                 "CPU (dlib without CUDA)".to_string()
             }
-            (Some(_), EngineKind::Onnx) => {
+            None if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib => {
+                "GPU 0 (dlib built with CUDA)".to_string()
+            }
+            None if kind == InstanceKind::Gpu => {
                 log::warn(&format!(
                     "instance '{name}' is KIND_GPU but the onnx engine (tract) runs on the CPU"
                 ));
                 "CPU (tract has no GPU support)".to_string()
             }
+            None => "CPU".to_string(),
         };
         log::info(&format!(
             "instance '{name}' of model '{}': {} engine on {place} ({kind:?})",
