@@ -65,8 +65,8 @@ ONNX_DIR="${FACE_ONNX_DIR:-$FACE_ASSETS/onnx}"
 OUT="$REPO_ROOT/out"
 mkdir -p "$OUT"
 
-log "cargo build --release"
-cargo build --release
+log "cargo build --release --lib --examples"
+cargo build --release --lib --examples
 
 # In-process first: it builds from the same sources as the library just built.
 log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~1.5 min)"
