@@ -108,6 +108,15 @@ def test_cnn_detector(start_server, photos, engine):
     [doc] = infer_pixels(client, pixels)
     assert_person(doc, "obama", engine, (pixels.shape[1], pixels.shape[0]))
 
+    # Tiny and thin images: dlib's MMOD network threw a C++ exception (1x1, 10x6) or
+    # segfaulted (9x4000) on them, which killed the server. They hold no face.
+    for height, width in [(1, 1), (6, 10), (4000, 9), (9, 4000), (31, 31)]:
+        tiny = np.full((height, width, 3), 128, dtype=np.uint8)
+        [doc] = infer_pixels(client, tiny)
+        assert doc["faces"] == [] and doc["image"] == {"width": width, "height": height}, doc
+    [doc] = infer_pixels(client, pixels)
+    assert_person(doc, "obama", engine)
+
 
 # ---- the ONNX engine's model files ------------------------------------------------------------
 
