@@ -17,7 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
@@ -138,14 +139,33 @@ fn bench_dlib(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.bench_function("decode", |b| b.iter(|| decode(&jpeg, MAX_PIXELS)));
     // dlib HOG on 640x480 takes ~0.1 s: few samples keep the whole run < 1 min.
+    engine_benches(
+        group,
+        &mut engine,
+        &jpeg,
+        &frame,
+        (MAX_PIXELS, MAX_FACES),
+        8,
+    );
+}
+
+/// `analyze` and `decode+analyze` of one engine in `group`, then finish it.
+fn engine_benches(
+    mut group: BenchmarkGroup<'_, WallTime>,
+    engine: &mut dyn Engine,
+    jpeg: &[u8],
+    frame: &Frame,
+    (max_pixels, max_faces): (u64, usize),
+    seconds: u64,
+) {
+    group.throughput(Throughput::Elements(1));
+    group.warm_up_time(Duration::from_secs(1));
     group
         .sample_size(10)
-        .measurement_time(Duration::from_secs(8));
-    group.bench_function("analyze", |b| {
-        b.iter(|| analyze(&mut engine, &frame, MAX_FACES))
-    });
+        .measurement_time(Duration::from_secs(seconds));
+    group.bench_function("analyze", |b| b.iter(|| analyze(engine, frame, max_faces)));
     group.bench_function("decode+analyze", |b| {
-        b.iter(|| analyze(&mut engine, &decode(&jpeg, MAX_PIXELS), MAX_FACES))
+        b.iter(|| analyze(engine, &decode(jpeg, max_pixels), max_faces))
     });
     group.finish();
 }
@@ -164,19 +184,15 @@ fn bench_onnx(c: &mut Criterion) {
         .unwrap_or_else(|e| panic!("load the ONNX models from {}: {e:?}", onnx_dir.display()));
     let frame = prepare(&mut engine, &jpeg, &photo, max_faces);
 
-    let mut group = c.benchmark_group("onnx");
-    group.throughput(Throughput::Elements(1));
-    group.warm_up_time(Duration::from_secs(1));
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(5));
-    group.bench_function("analyze", |b| {
-        b.iter(|| analyze(&mut engine, &frame, max_faces))
-    });
-    group.bench_function("decode+analyze", |b| {
-        b.iter(|| analyze(&mut engine, &decode(&jpeg, max_pixels), max_faces))
-    });
-    group.finish();
+    let group = c.benchmark_group("onnx");
+    engine_benches(
+        group,
+        &mut engine,
+        &jpeg,
+        &frame,
+        (max_pixels, max_faces),
+        5,
+    );
 }
 
 criterion_group!(benches, bench_dlib, bench_onnx);

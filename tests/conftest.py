@@ -23,12 +23,13 @@ When a test fails, the tail of each running server's log is attached to its repo
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
 from engines import ENGINES, Engine
-from environment import MissingAsset, Photos, SuiteEnv, resolve_env
+from environment import REPO_ROOT, MissingAsset, Photos, SuiteEnv, resolve_env
 from triton_server import TritonServer, live_servers
 
 
@@ -78,6 +79,21 @@ def suite_env() -> SuiteEnv:
 @pytest.fixture(scope="session")
 def photos(suite_env, tmp_path_factory) -> Photos:
     return Photos(suite_env.photos, tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="session")
+def example():
+    """`example(name)`: the path of a tool built from examples/ (onnx_run, gpu_probe); FAILS with
+    how to build it if it is not there."""
+    def find(name: str):
+        path = REPO_ROOT / "target" / "release" / "examples" / name
+        if not os.access(path, os.X_OK):
+            pytest.fail(
+                f"{path} not found: run `cargo build --release --examples` (scripts/test.sh does)",
+                pytrace=False,
+            )
+        return path
+    return find
 
 
 @pytest.fixture(scope="session")

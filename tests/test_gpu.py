@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from environment import REPO_ROOT
 from engines import DLIB
 from face_client import assert_person, encoded_tensors, infer, infer_encoded
 from triton_server import TritonServer
@@ -46,18 +45,12 @@ def visible_gpus() -> int:
 
 
 GPUS = visible_gpus()
-GPU_PROBE = REPO_ROOT / "target" / "release" / "examples" / "gpu_probe"
 FAKE_CUDA_SOURCE = Path(__file__).parent / "fake_cuda" / "libcuda.c"
 
 
 @pytest.fixture(scope="module")
-def gpu_probe() -> Path:
-    if not os.access(GPU_PROBE, os.X_OK):
-        pytest.fail(
-            f"{GPU_PROBE} not found: run `cargo build --release --examples` (scripts/test.sh does)",
-            pytrace=False,
-        )
-    return GPU_PROBE
+def gpu_probe(example) -> Path:
+    return example("gpu_probe")
 
 
 @pytest.fixture(scope="module")

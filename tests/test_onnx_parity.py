@@ -18,7 +18,6 @@ each comparison (max |tract - onnxruntime|) is printed and recorded as a test pr
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -27,9 +26,7 @@ import onnxruntime
 import pytest
 from PIL import Image
 
-from environment import REPO_ROOT
 
-ONNX_RUN = REPO_ROOT / "target" / "release" / "examples" / "onnx_run"
 TOLERANCE = 1e-4
 # The sample models (tests/environment.py ONNX_MODEL_FILES) by role.
 MODELS = {
@@ -45,13 +42,8 @@ DETECTOR_THRESHOLD = 0.7  # model_repository/face_onnx detector_threshold
 
 
 @pytest.fixture(scope="module")
-def onnx_run() -> Path:
-    if not os.access(ONNX_RUN, os.X_OK):
-        pytest.fail(
-            f"{ONNX_RUN} not found: run `cargo build --release --examples` (scripts/test.sh does)",
-            pytrace=False,
-        )
-    return ONNX_RUN
+def onnx_run(example) -> Path:
+    return example("onnx_run")
 
 
 @pytest.fixture(scope="module")
