@@ -186,9 +186,7 @@ impl Gpu {
             ))
         })
     }
-}
 
-impl Gpu {
     /// Whether this device's context is the calling thread's current one.
     pub fn is_current(&self) -> bool {
         let current = guarded(|| cu::ctx::get_current().map_err(describe));
@@ -205,13 +203,14 @@ pub fn copy_to_host(ptr: *const u8, len: usize, device_id: i64) -> Result<Vec<u8
             "input in GPU memory with an out-of-range device id {device_id}"
         ))
     })?;
-    let previous = driver_present()
-        .then(|| {
-            guarded(|| cu::ctx::get_current().map_err(describe))
-                .ok()
-                .flatten()
-        })
-        .flatten();
+    // Read before opening `device`, which makes its own context current.
+    let previous = if driver_present() {
+        guarded(|| cu::ctx::get_current().map_err(describe))
+            .ok()
+            .flatten()
+    } else {
+        None
+    };
     let ctx = open_context(device).map_err(|failure| {
         Error::unavailable(format!(
             "an input is in GPU memory (device {device}) but {}",

@@ -30,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 
 from engines import DLIB
 from face_client import assert_person, encoded_tensors, infer, infer_encoded
-from triton_server import TritonServer
+from triton_server import TritonServer, rename_model
 
 def visible_gpus() -> int:
     """GPUs the NVIDIA driver of this machine reports (0 without a driver, as on CI here)."""
@@ -94,11 +94,10 @@ def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "gallery").mkdir()
     shutil.copy2(server.model_dir / "libtriton_face.so", model_dir / "libtriton_face.so")
-    config = (server.model_dir / "config.pbtxt").read_text()
-    config, named = re.subn(r'(?m)^name:\s*"[^"]*"', f'name: "{name}"', config)
+    config = rename_model((server.model_dir / "config.pbtxt").read_text(), name)
     config, kinds = re.subn(r"kind:\s*KIND_CPU", "kind: KIND_GPU", config)
     config = re.sub(r"count:\s*\d+", "count: 1", config)
-    assert named == 1 and kinds == 1, "face config.pbtxt: expected one name and one KIND_CPU"
+    assert kinds == 1, "face config.pbtxt: expected one KIND_CPU instance group"
     (model_dir / "config.pbtxt").write_text(config)
     return model_dir
 

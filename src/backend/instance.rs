@@ -30,42 +30,40 @@ impl InstanceState {
                 // its context would only hold GPU memory.
                 (engine_kind == EngineKind::Dlib).then_some(gpu)
             }
-            InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => {
-                if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib {
-                    log::warn(&format!(
-                        "instance '{name}' is {kind:?} but the linked dlib was built with CUDA: \
-                         its networks run on the thread's current GPU (device 0) regardless"
-                    ));
-                }
-                None
-            }
+            InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => None,
         };
         // The engine's CUDA work (if any) must land on this instance's device.
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
         let engine = new_engine(&model.settings)?;
-        // `gpu` is kept only for the dlib engine.
-        let place = match &gpu {
-            Some(gpu) if DLIB_USES_CUDA => format!("GPU {}", gpu.info.ordinal),
-            Some(_) => {
-                log::warn(&format!(
-                    "instance '{name}' is KIND_GPU but the linked dlib was built without CUDA: \
-                     the engine runs on the CPU (see Dockerfile.build for a CUDA build)"
-                ));
-                "CPU (dlib without CUDA)".to_string()
-            }
-            None if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib => {
-                "GPU 0 (dlib built with CUDA)".to_string()
-            }
-            None if kind == InstanceKind::Gpu => {
-                log::warn(&format!(
-                    "instance '{name}' is KIND_GPU but the onnx engine (tract) runs on the CPU"
-                ));
-                "CPU (tract has no GPU support)".to_string()
-            }
-            None => "CPU".to_string(),
+        // Where the engine really runs, and what the user should know about it
+        // (`gpu` is kept only for the dlib engine; dlib picks CUDA at build time).
+        let (place, warning) = match &gpu {
+            Some(gpu) if DLIB_USES_CUDA => (format!("GPU {}", gpu.info.ordinal), None),
+            Some(_) => (
+                "CPU (dlib without CUDA)".to_string(),
+                Some(
+                    "the linked dlib was built without CUDA: the engine runs on the CPU \
+                     (see Dockerfile.build for a CUDA build)",
+                ),
+            ),
+            None if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib => (
+                "GPU 0 (dlib built with CUDA)".to_string(),
+                Some(
+                    "the linked dlib was built with CUDA: its networks run on the thread's \
+                     current GPU (device 0) regardless",
+                ),
+            ),
+            None if kind == InstanceKind::Gpu => (
+                "CPU (tract has no GPU support)".to_string(),
+                Some("the onnx engine (tract) runs on the CPU"),
+            ),
+            None => ("CPU".to_string(), None),
         };
+        if let Some(warning) = warning {
+            log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));
+        }
         log::info(&format!(
             "instance '{name}' of model '{}': {} engine on {place} ({kind:?})",
             model.name,

@@ -240,21 +240,9 @@ pub fn decode_bytes_tensor(data: &[u8]) -> Result<Vec<&[u8]>> {
     let mut out = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
-        if rest.len() < 4 {
-            return Err(Error::invalid(
-                "malformed BYTES tensor: truncated length prefix",
-            ));
-        }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        rest = &rest[4..];
-        if rest.len() < len {
-            return Err(Error::invalid(format!(
-                "malformed BYTES tensor: element of {len} bytes but only {} left",
-                rest.len()
-            )));
-        }
-        out.push(&rest[..len]);
-        rest = &rest[len..];
+        let (element, after) = split_element(rest)?;
+        out.push(element);
+        rest = after;
     }
     Ok(out)
 }
@@ -262,16 +250,27 @@ pub fn decode_bytes_tensor(data: &[u8]) -> Result<Vec<&[u8]>> {
 /// The first element of a BYTES tensor, ignoring whatever follows it (Triton
 /// pads string control tensors to a fixed size).
 pub fn first_bytes_element(data: &[u8]) -> Result<Option<&[u8]>> {
-    let Some(prefix) = data.get(..4) else {
+    if data.len() < 4 {
         return Ok(None);
+    }
+    split_element(data).map(|(element, _)| Some(element))
+}
+
+/// One length-prefixed element off the front of `data`, and the rest.
+fn split_element(data: &[u8]) -> Result<(&[u8], &[u8])> {
+    let Some((prefix, rest)) = data.split_first_chunk::<4>() else {
+        return Err(Error::invalid(
+            "malformed BYTES tensor: truncated length prefix",
+        ));
     };
-    let len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
-    data.get(4..4 + len).map(Some).ok_or_else(|| {
-        Error::invalid(format!(
+    let len = u32::from_le_bytes(*prefix) as usize;
+    if rest.len() < len {
+        return Err(Error::invalid(format!(
             "malformed BYTES tensor: element of {len} bytes but only {} left",
-            data.len() - 4
-        ))
-    })
+            rest.len()
+        )));
+    }
+    Ok(rest.split_at(len))
 }
 
 #[cfg(test)]
