@@ -2,7 +2,7 @@
 //! (`triton-core-headers/`). The output lives in OUT_DIR and is never committed.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     let header = "triton-core-headers/triton_backend_api.h";
@@ -14,9 +14,49 @@ fn main() {
 
     detect_dlib_cuda();
 
-    let bindings = bindgen::Builder::default()
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    generate_types(header, &out.join("triton_types.rs"));
+    for group in API_GROUPS {
+        generate_api(header, group, &out.join(format!("{}.rs", group.name)));
+    }
+}
+
+/// One set of server functions resolved together at run time. A group is
+/// all or nothing: `TritonApi` is required (the backend refuses to load
+/// without it), the others degrade on their own.
+struct ApiGroup {
+    name: &'static str,
+    functions: &'static str,
+}
+
+/// Every server function we call belongs to exactly one group.
+const API_GROUPS: &[ApiGroup] = &[
+    // What it takes to say "no" to the server: without these no error can be
+    // returned at all.
+    ApiGroup {
+        name: "ErrorApi",
+        functions: "TRITONSERVER_Error(New|Code|Message|Delete)",
+    },
+    // Logging falls back to stderr.
+    ApiGroup {
+        name: "LogApi",
+        functions: "TRITONSERVER_Log(IsEnabled|Message)",
+    },
+    // Custom metrics are optional: the gauge is skipped, with a warning.
+    ApiGroup {
+        name: "MetricsApi",
+        functions: "TRITONSERVER_(Metric|Parameter).*",
+    },
+    ApiGroup {
+        name: "TritonApi",
+        functions: "TRITON(SERVER|BACKEND)_.*",
+    },
+];
+
+/// Types and constants, once for all groups.
+fn generate_types(header: &str, out: &Path) {
+    bindgen::Builder::default()
         .header(header)
-        .allowlist_function("TRITON(SERVER|BACKEND)_.*")
         .allowlist_type("TRITON(SERVER|BACKEND)_.*")
         .allowlist_var("TRITON(SERVER|BACKEND)_.*")
         // Plain integer constants: the enums are bit flags and codes, matched
@@ -24,23 +64,44 @@ fn main() {
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .layout_tests(false)
-        // Calls into the server are resolved when the library is loaded by
-        // tritonserver (dlsym on the process), not at link time: unit tests and
-        // benches then link without a server, and a missing symbol becomes a
-        // clear error instead of a loader failure.
-        .dynamic_library_name("TritonApi")
+        .generate()
+        .expect("bindgen failed on triton-core-headers/triton_backend_api.h")
+        .write_to_file(out)
+        .expect("cannot write Triton bindings");
+}
+
+/// A struct of function pointers for one group. Calls into the server are
+/// resolved when tritonserver has loaded the library (dlsym on the process),
+/// not at link time: unit tests link without a server, and a missing symbol
+/// becomes an error naming it instead of a loader failure.
+fn generate_api(header: &str, group: &ApiGroup, out: &Path) {
+    // A function matched by an earlier group belongs to that group.
+    let earlier: Vec<&str> = API_GROUPS
+        .iter()
+        .take_while(|g| g.name != group.name)
+        .map(|g| g.functions)
+        .collect();
+    let mut builder = bindgen::Builder::default()
+        .header(header)
+        .allowlist_function(group.functions)
+        .allowlist_recursively(false)
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .layout_tests(false)
+        .dynamic_library_name(group.name)
         .dynamic_link_require_all(true)
         // The entry points are ours to define (src/lib.rs), not to call.
         .blocklist_function(
             "TRITONBACKEND_(Initialize|Finalize|ModelInitialize|ModelFinalize|\
              ModelInstanceInitialize|ModelInstanceFinalize|ModelInstanceExecute)",
-        )
+        );
+    for functions in earlier {
+        builder = builder.blocklist_function(functions);
+    }
+    builder
         .generate()
-        .expect("bindgen failed on triton-core-headers/triton_backend_api.h");
-
-    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("triton_bindings.rs");
-    bindings
-        .write_to_file(&out)
+        .expect("bindgen failed on triton-core-headers/triton_backend_api.h")
+        .write_to_file(out)
         .expect("cannot write Triton bindings");
 }
 

@@ -23,8 +23,9 @@ use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
 use triton_face::engine::onnx::OnnxEngine;
+use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
-use triton_face::pipeline::{Engine, Frame};
+use triton_face::pipeline::Frame;
 
 const MAX_PIXELS: u64 = 40_000_000;
 const MAX_FACES: usize = 64;

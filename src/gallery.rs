@@ -71,10 +71,20 @@ pub struct Gallery {
     entries: RwLock<Entries>,
 }
 
+/// Words the JSON answers give a meaning of their own: a person enrolled as
+/// "unknown" could not be told from no match.
+pub const RESERVED_NAMES: &[&str] = &["unknown", "null"];
+
 /// Validate a person's name: 1-64 characters, letters, digits, space, `_`,
 /// `-`, `.`, and not starting with `.` or space (names become file names in
-/// user tooling; nothing here may look like a path).
+/// user tooling; nothing here may look like a path); not a reserved word.
 pub fn validate_name(name: &str) -> Result<()> {
+    if let Some(word) = RESERVED_NAMES.iter().find(|w| name.eq_ignore_ascii_case(w)) {
+        return Err(Error::invalid(format!(
+            "ENROLL: the name {name:?} is reserved (the answers use \"{word}\" for a face that \
+             matches nobody); choose another name"
+        )));
+    }
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME_CHARS {
         return Err(Error::invalid(format!(
@@ -206,36 +216,98 @@ impl Gallery {
     /// Enroll `embedding` under `name` and persist it before returning.
     /// On any failure the gallery is unchanged.
     pub fn enroll(&self, name: &str, embedding: Vec<f32>) -> Result<Enrolled> {
-        validate_name(name)?;
-        self.check_dim(&embedding)?;
+        let mut out = self.enroll_batch(vec![vec![(name.to_string(), embedding)]]);
+        out.pop()
+            .expect("one result per request")
+            .map(|mut e| e.remove(0))
+    }
+
+    /// Enroll the faces of several requests with ONE store write: each
+    /// request's names go in together or not at all (a request that is
+    /// invalid or does not fit fails alone), and nothing is acknowledged
+    /// before the write. If the write fails, every request that was to be
+    /// written fails with it and the gallery is unchanged.
+    pub fn enroll_batch(
+        &self,
+        requests: Vec<Vec<(String, Vec<f32>)>>,
+    ) -> Vec<Result<Vec<Enrolled>>> {
         let mut e = self.write();
-        let size = e.from_images.len() + e.enrolled.len();
-        let duplicate = e.from_images.iter().chain(e.enrolled.iter()).any(|x| {
+        let mut next = e.enrolled.clone();
+        let mut results: Vec<Result<Vec<Enrolled>>> = requests
+            .into_iter()
+            .map(|faces| self.stage(&e.from_images, &mut next, faces))
+            .collect();
+        if next.len() != e.enrolled.len() {
+            if let Err(err) = self.write_store(&next) {
+                for r in results
+                    .iter_mut()
+                    .filter(|r| r.as_ref().is_ok_and(|v| v.iter().any(|x| x.added)))
+                {
+                    *r = Err(err.clone());
+                }
+                return results;
+            }
+            e.enrolled = next;
+        }
+        results
+    }
+
+    /// Add one request's faces to `next` (the enrolled list being built), all
+    /// or none.
+    fn stage(
+        &self,
+        from_images: &[Entry],
+        next: &mut Vec<Entry>,
+        faces: Vec<(String, Vec<f32>)>,
+    ) -> Result<Vec<Enrolled>> {
+        let before = next.len();
+        let mut done = Vec::with_capacity(faces.len());
+        for (name, embedding) in faces {
+            let staged = self.stage_one(from_images, next, name, embedding);
+            match staged {
+                Ok(enrolled) => done.push(enrolled),
+                Err(err) => {
+                    next.truncate(before);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    fn stage_one(
+        &self,
+        from_images: &[Entry],
+        next: &mut Vec<Entry>,
+        name: String,
+        embedding: Vec<f32>,
+    ) -> Result<Enrolled> {
+        validate_name(&name)?;
+        self.check_dim(&embedding)?;
+        let size = from_images.len() + next.len();
+        let duplicate = from_images.iter().chain(next.iter()).any(|x| {
             x.name == name && self.metric.distance(&x.embedding, &embedding) < DUPLICATE_DISTANCE
         });
         if duplicate {
             return Ok(Enrolled {
-                name: name.to_string(),
+                name,
                 added: false,
                 gallery_size: size,
             });
         }
         if size >= self.max_size {
-            // A limit from the model config, like the image limits: INVALID_ARG.
-            return Err(Error::invalid(format!(
+            // Capacity of this server's gallery, not a fault of the request.
+            return Err(Error::unavailable(format!(
                 "ENROLL: gallery is full (max_gallery_size = {})",
                 self.max_size
             )));
         }
-        let mut next = e.enrolled.clone();
         next.push(Entry {
-            name: name.to_string(),
+            name: name.clone(),
             embedding,
         });
-        self.write_store(&next)?;
-        e.enrolled = next;
         Ok(Enrolled {
-            name: name.to_string(),
+            name,
             added: true,
             gallery_size: size + 1,
         })
@@ -414,6 +486,51 @@ mod tests {
         ] {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn reserved_words_are_refused() {
+        for word in ["unknown", "Unknown", "NULL"] {
+            let e = validate_name(word).unwrap_err();
+            assert!(e.message().contains("reserved"), "{e}");
+        }
+        assert!(validate_name("unknown person").is_ok());
+    }
+
+    #[test]
+    fn a_batch_is_one_write_and_a_bad_request_fails_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let g = gallery(tmp.path(), 3);
+        let one = |n: &str, x: f32| (n.to_string(), vec![x, x]);
+        let out = g.enroll_batch(vec![
+            vec![one("a", 0.0), one("b", 1.0)],
+            vec![one("c", 2.0), one("unknown", 3.0)],
+            vec![one("d", 4.0), one("e", 5.0)],
+        ]);
+        assert_eq!(out[0].as_ref().unwrap().len(), 2);
+        assert!(out[1].is_err(), "a reserved name fails its whole request");
+        let full = out[2].as_ref().unwrap_err();
+        assert_eq!(full.kind(), crate::error::ErrorKind::Unavailable);
+        // Only the first request is stored, and it survives a reload.
+        assert_eq!(g.len(), 2);
+        assert_eq!(gallery(tmp.path(), 3).len(), 2);
+    }
+
+    #[test]
+    fn a_failed_batch_write_stores_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let g = gallery(&tmp.path().join("gone"), 10);
+        std::fs::write(
+            tmp.path().join("gone"),
+            b"a file where the folder should be",
+        )
+        .unwrap();
+        let out = g.enroll_batch(vec![
+            vec![("a".into(), vec![0.0, 0.0])],
+            vec![("b".into(), vec![1.0, 1.0])],
+        ]);
+        assert!(out.iter().all(|r| r.is_err()));
+        assert_eq!(g.len(), 0);
     }
 
     #[test]

@@ -1,13 +1,84 @@
 //! The JSON documents a client receives, in one place (schema:
 //! `schema/result.schema.json`).
 
-use serde::Serialize;
+use std::fmt;
+
+use serde::{Serialize, Serializer};
 
 use crate::gallery::{Enrolled, Match};
 use crate::pipeline::{Face, Frame};
-use crate::sequence::{CorrId, Summary};
 
+/// What a face that matches nobody is called in the answers; inside the code
+/// that is `None`, and the word exists only here, when rendering.
 pub const UNKNOWN: &str = "unknown";
+
+fn name_or_unknown<S: Serializer>(name: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(name.as_deref().unwrap_or(UNKNOWN))
+}
+
+/// A correlation ID as the client sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum CorrId {
+    Int(u64),
+    Str(String),
+}
+
+impl fmt::Display for CorrId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CorrId::Int(n) => write!(f, "{n}"),
+            CorrId::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// The END document of a sequence.
+#[derive(Serialize, Debug)]
+pub struct Summary {
+    pub result: LegacyResult,
+    pub people: Vec<Person>,
+    pub frames: u64,
+}
+
+/// The original system's END format, kept so its clients still work.
+#[derive(Serialize, Debug)]
+pub struct LegacyResult {
+    pub image_count: usize,
+    pub image_infos: Vec<LegacyImage>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct LegacyImage {
+    pub face_count: usize,
+    pub face_infos: Vec<FaceInfo>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct FaceInfo {
+    #[serde(serialize_with = "name_or_unknown")]
+    pub name: Option<String>,
+    #[serde(rename = "box")]
+    pub bbox: LegacyBox,
+}
+
+#[derive(Serialize, Debug)]
+pub struct LegacyBox {
+    pub top: i64,
+    pub bottom: i64,
+    pub left: i64,
+    pub right: i64,
+}
+
+/// One track of a sequence: who it most often was, and when.
+#[derive(Serialize, Debug)]
+pub struct Person {
+    pub track: u32,
+    #[serde(serialize_with = "name_or_unknown")]
+    pub name: Option<String>,
+    pub frames: Vec<u64>,
+    pub best_distance: Option<f32>,
+}
 
 /// One answer: an image's faces, and for sequence models the frame's place in
 /// its sequence (and the summary at END). A sequence request without a frame
@@ -53,7 +124,8 @@ pub struct FaceDoc {
     pub bbox: BoxDoc,
     pub score: Option<f32>,
     pub landmarks: Vec<[f32; 2]>,
-    pub name: String,
+    #[serde(serialize_with = "name_or_unknown")]
+    pub name: Option<String>,
     pub distance: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
@@ -80,7 +152,7 @@ impl FaceDoc {
             },
             score: face.score,
             landmarks: face.landmarks.to_vec(),
-            name: matched.name.clone().unwrap_or_else(|| UNKNOWN.to_string()),
+            name: matched.name.clone(),
             distance: matched.distance,
             embedding: with_embedding.then(|| face.embedding.clone()),
             track: None,

@@ -6,31 +6,14 @@
 //! per sequence is bounded.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Metric};
-use crate::result::UNKNOWN;
+use crate::result::{CorrId, FaceInfo, LegacyBox, LegacyImage, LegacyResult, Person, Summary};
 
-/// A correlation ID as the client sent it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(untagged)]
-pub enum CorrId {
-    Int(u64),
-    Str(String),
-}
-
-impl fmt::Display for CorrId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CorrId::Int(n) => write!(f, "{n}"),
-            CorrId::Str(s) => write!(f, "{s:?}"),
-        }
-    }
-}
+/// A person's name; `None` is a face that matched nobody.
+type Name = Option<String>;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
@@ -53,13 +36,13 @@ struct Track {
     id: u32,
     centroid: Vec<f32>,
     seen: u32,
-    votes: HashMap<String, u32>,
+    votes: HashMap<Name, u32>,
     best_distance: Option<f32>,
     frames: Vec<u64>,
 }
 
 struct KeptFrame {
-    faces: Vec<(String, BoxPx)>,
+    faces: Vec<(Name, BoxPx)>,
 }
 
 pub struct SequenceState {
@@ -69,47 +52,26 @@ pub struct SequenceState {
     last_seen: Instant,
 }
 
-#[derive(Serialize, Debug)]
-pub struct Summary {
-    pub result: LegacyResult,
-    pub people: Vec<Person>,
-    pub frames: u64,
-}
-
-/// The original system's END format, kept so its clients still work.
-#[derive(Serialize, Debug)]
-pub struct LegacyResult {
-    pub image_count: usize,
-    pub image_infos: Vec<ImageInfo>,
-}
-
-#[derive(Serialize, Debug)]
-pub struct ImageInfo {
-    pub face_count: usize,
-    pub face_infos: Vec<FaceInfo>,
-}
-
-#[derive(Serialize, Debug)]
-pub struct FaceInfo {
-    pub name: String,
-    #[serde(rename = "box")]
-    pub bbox: LegacyBox,
-}
-
-#[derive(Serialize, Debug)]
-pub struct LegacyBox {
-    pub top: i64,
-    pub bottom: i64,
-    pub left: i64,
-    pub right: i64,
-}
-
-#[derive(Serialize, Debug)]
-pub struct Person {
-    pub track: u32,
-    pub name: String,
-    pub frames: Vec<u64>,
-    pub best_distance: Option<f32>,
+impl Track {
+    /// One more sighting: running centroid, a vote for its name, the best
+    /// distance of a named sighting, the frame (up to the limit).
+    fn record(&mut self, face: &Observed<'_>, frame: u64, limits: &Limits) {
+        self.seen += 1;
+        let n = self.seen as f32;
+        for (c, e) in self.centroid.iter_mut().zip(face.embedding) {
+            *c += (e - *c) / n;
+        }
+        *self.votes.entry(face.name.map(str::to_string)).or_default() += 1;
+        if face.name.is_some() {
+            self.best_distance = match (self.best_distance, face.distance) {
+                (Some(b), Some(d)) => Some(b.min(d)),
+                (b, d) => b.or(d),
+            };
+        }
+        if self.frames.len() < limits.max_frames {
+            self.frames.push(frame);
+        }
+    }
 }
 
 impl SequenceState {
@@ -128,8 +90,6 @@ impl SequenceState {
     }
 
     /// Record one frame; returns its number (0-based) and each face's track.
-    /// A face joins the nearest track within `threshold`; two faces of one
-    /// frame never share a track (closest pairs are matched first).
     pub fn observe(
         &mut self,
         faces: &[Observed<'_>],
@@ -139,6 +99,31 @@ impl SequenceState {
     ) -> (u64, Vec<u32>) {
         let frame = self.frames;
         self.frames += 1;
+        let assigned = self.assign(faces, metric, threshold);
+        let ids = faces
+            .iter()
+            .zip(assigned)
+            .map(|(face, track)| {
+                let ti = track.unwrap_or_else(|| self.new_track(face.embedding.len()));
+                self.tracks[ti].record(face, frame, limits);
+                self.tracks[ti].id
+            })
+            .collect();
+        if self.kept.len() < limits.max_frames {
+            self.kept.push(KeptFrame {
+                faces: faces
+                    .iter()
+                    .map(|f| (f.name.map(str::to_string), f.bbox))
+                    .collect(),
+            });
+        }
+        (frame, ids)
+    }
+
+    /// The existing track of each face, if any: a face joins the nearest
+    /// track within `threshold`; two faces of one frame never share a track
+    /// (closest pairs are matched first).
+    fn assign(&self, faces: &[Observed<'_>], metric: Metric, threshold: f32) -> Vec<Option<usize>> {
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (fi, face) in faces.iter().enumerate() {
             for (ti, track) in self.tracks.iter().enumerate() {
@@ -157,56 +142,26 @@ impl SequenceState {
                 taken[ti] = true;
             }
         }
-        let mut ids = Vec::with_capacity(faces.len());
-        for (face, assigned) in faces.iter().zip(face_track) {
-            let ti = assigned.unwrap_or_else(|| {
-                self.tracks.push(Track {
-                    id: self.tracks.len() as u32,
-                    centroid: vec![0.0; face.embedding.len()],
-                    seen: 0,
-                    votes: HashMap::new(),
-                    best_distance: None,
-                    frames: Vec::new(),
-                });
-                self.tracks.len() - 1
-            });
-            let track = &mut self.tracks[ti];
-            track.seen += 1;
-            let n = track.seen as f32;
-            for (c, e) in track.centroid.iter_mut().zip(face.embedding) {
-                *c += (e - *c) / n;
-            }
-            *track
-                .votes
-                .entry(face.name.unwrap_or(UNKNOWN).to_string())
-                .or_default() += 1;
-            if face.name.is_some() {
-                track.best_distance = match (track.best_distance, face.distance) {
-                    (Some(b), Some(d)) => Some(b.min(d)),
-                    (b, d) => b.or(d),
-                };
-            }
-            if track.frames.len() < limits.max_frames {
-                track.frames.push(frame);
-            }
-            ids.push(track.id);
-        }
-        if self.kept.len() < limits.max_frames {
-            self.kept.push(KeptFrame {
-                faces: faces
-                    .iter()
-                    .map(|f| (f.name.unwrap_or(UNKNOWN).to_string(), f.bbox))
-                    .collect(),
-            });
-        }
-        (frame, ids)
+        face_track
+    }
+
+    fn new_track(&mut self, dim: usize) -> usize {
+        self.tracks.push(Track {
+            id: self.tracks.len() as u32,
+            centroid: vec![0.0; dim],
+            seen: 0,
+            votes: HashMap::new(),
+            best_distance: None,
+            frames: Vec::new(),
+        });
+        self.tracks.len() - 1
     }
 
     pub fn summary(&self) -> Summary {
-        let image_infos: Vec<ImageInfo> = self
+        let image_infos: Vec<LegacyImage> = self
             .kept
             .iter()
-            .map(|k| ImageInfo {
+            .map(|k| LegacyImage {
                 face_count: k.faces.len(),
                 face_infos: k
                     .faces
@@ -244,16 +199,15 @@ impl SequenceState {
 }
 
 /// The most frequent name; ties go to a known name, then alphabetical order.
-fn majority(votes: &HashMap<String, u32>) -> String {
+fn majority(votes: &HashMap<Name, u32>) -> Name {
     votes
         .iter()
         .max_by(|a, b| {
             a.1.cmp(b.1)
-                .then_with(|| (b.0 == UNKNOWN).cmp(&(a.0 == UNKNOWN)))
+                .then_with(|| a.0.is_some().cmp(&b.0.is_some()))
                 .then_with(|| b.0.cmp(a.0))
         })
-        .map(|(n, _)| n.clone())
-        .unwrap_or_else(|| UNKNOWN.to_string())
+        .and_then(|(n, _)| n.clone())
 }
 
 /// All live sequences of a model.
@@ -378,10 +332,10 @@ mod tests {
         assert_eq!(sum.frames, 3);
         assert_eq!(sum.result.image_count, 3);
         assert_eq!(sum.result.image_infos[1].face_count, 2);
-        assert_eq!(sum.people[0].name, "obama"); // 2 obama votes, 1 unknown
+        assert_eq!(sum.people[0].name.as_deref(), Some("obama")); // 2 obama votes, 1 unknown
         assert_eq!(sum.people[0].frames, vec![0, 1, 2]);
-        assert_eq!(sum.people[1].name, "biden");
-        assert_eq!(sum.people[2].name, UNKNOWN);
+        assert_eq!(sum.people[1].name.as_deref(), Some("biden"));
+        assert_eq!(sum.people[2].name, None);
         assert_eq!(sum.people[2].best_distance, None);
     }
 
@@ -399,10 +353,11 @@ mod tests {
 
     #[test]
     fn majority_prefers_known_on_ties() {
-        let votes = HashMap::from([("unknown".to_string(), 2), ("obama".to_string(), 2)]);
-        assert_eq!(majority(&votes), "obama");
-        let votes = HashMap::from([("unknown".to_string(), 3), ("obama".to_string(), 2)]);
-        assert_eq!(majority(&votes), "unknown");
+        let obama = Some("obama".to_string());
+        let votes = HashMap::from([(None, 2), (obama.clone(), 2)]);
+        assert_eq!(majority(&votes), obama);
+        let votes = HashMap::from([(None, 3), (obama, 2)]);
+        assert_eq!(majority(&votes), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from face_client import (
-    assert_person, collect, infer_encoded, infer_pixels, names, pixel_tensors, submit,
+    assert_person, assert_serving, collect, expect_invalid, infer_encoded, infer_pixels, names,
+    pixel_tensors, submit,
 )
 
 
@@ -119,3 +120,35 @@ def test_gallery_load_skips_unusable_images(start_server, photos):
     client = server.http()
     assert _who(client, photos, "obama2.jpg") == ["obama"]
     assert _who(client, photos, "biden.jpg") == ["joe"], "joe/portrait.jpg must be person 'joe'"
+
+
+def test_reserved_names_are_refused(start_server, photos, probe, engine):
+    server = start_server(gallery={})
+    client = server.http()
+    for word in ("unknown", "Unknown", "null"):
+        expect_invalid(lambda: infer_encoded(client, [photos.bytes("obama.jpg")], enroll=word),
+                       "reserved")
+    [doc] = infer_encoded(client, [photos.bytes("obama2.jpg")])
+    assert_person(doc, "unknown", engine)
+    assert doc["faces"][0]["distance"] is None, "a refused name was stored"
+    assert not (server.gallery_dir / "enrolled.json").exists()
+    assert_serving(client, probe)
+
+
+def test_a_request_with_a_faceless_image_enrolls_nothing(start_server, photos, engine):
+    """Two ENROLLs in one request, the second image without a face: the request fails and the
+    first name is not stored either (one store write per batch, all or nothing per request)."""
+    server = start_server(gallery={})
+    client = server.http()
+    expect_invalid(
+        lambda: infer_encoded(client, [photos.bytes("obama.jpg"), photos.bytes("noface.jpg")],
+                              enroll=["obama", "nobody"]),
+        "ENROLL[1]", "exactly one face",
+    )
+    [doc] = infer_encoded(client, [photos.bytes("obama2.jpg")])
+    assert_person(doc, "unknown", engine)
+    assert doc["faces"][0]["distance"] is None, "the first enrollment of the failed request was stored"
+    # The same request without the faceless image goes through.
+    [ack] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll=["obama"])
+    assert ack["enrolled"]["added"] is True
+    _assert_stored(server, "obama")

@@ -1,11 +1,14 @@
 """The limits max_image_pixels, max_faces_per_image and max_gallery_size fail only the request
-that exceeds them. One server per engine, empty gallery, small limits."""
+that exceeds them: the first two are the request's doing (INVALID_ARG), a full gallery is the
+server's capacity (UNAVAILABLE). One server per engine, empty gallery, small limits."""
 
 from __future__ import annotations
 
 import pytest
 
-from face_client import assert_serving, expect_invalid, infer_encoded, infer_pixels, names
+from face_client import (
+    UNAVAILABLE, assert_serving, expect_error, expect_invalid, infer_encoded, infer_pixels, names,
+)
 
 LIMITS = {
     # obama2.jpg (626x1200 = 751,200 px) fits, obama.jpg (910x1137 = 1,034,670 px) does not.
@@ -41,8 +44,9 @@ def test_too_many_faces(http, photos, probe):
 def test_gallery_size_limit(http, photos):
     [first] = infer_encoded(http, [photos.bytes("obama2.jpg")], enroll="obama")
     assert first["enrolled"] == {"name": "obama", "gallery_size": 1, "added": True}
-    expect_invalid(
-        lambda: infer_pixels(http, photos.rgb("biden.jpg", 0.45), enroll="biden"), "max_gallery_size"
+    expect_error(
+        lambda: infer_pixels(http, photos.rgb("biden.jpg", 0.45), enroll="biden"),
+        UNAVAILABLE, "max_gallery_size",
     )
     [obama] = infer_encoded(http, [photos.bytes("obama_640x480.jpg")])
     assert names(obama) == ["obama"], "the first enrollment was lost"

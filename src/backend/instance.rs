@@ -3,9 +3,9 @@
 
 use crate::backend::config::EngineKind;
 use crate::backend::model::{new_engine, ModelState};
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::gpu::{Gpu, DLIB_USES_CUDA};
-use crate::pipeline::Engine;
 use crate::triton::{log, InstanceHandle, InstanceKind};
 
 pub struct InstanceState {
@@ -17,7 +17,7 @@ pub struct InstanceState {
 }
 
 impl InstanceState {
-    pub fn load(instance: InstanceHandle, model: &ModelState) -> Result<Self> {
+    pub fn load(instance: &InstanceHandle, model: &ModelState) -> Result<Self> {
         let name = instance.name()?;
         let kind = instance.kind()?;
         let engine_kind = model.settings.engine;

@@ -4,10 +4,11 @@
 use crate::backend::config::{EngineKind, Settings};
 use crate::engine::dlib::DlibEngine;
 use crate::engine::onnx::OnnxEngine;
+use crate::engine::Engine;
 use crate::error::Result;
 use crate::gallery::{gallery_images, validate_name, Gallery};
 use crate::pipeline::image::frame_from_encoded;
-use crate::pipeline::{Engine, Metric};
+use crate::pipeline::Metric;
 use crate::sequence::Sequences;
 use crate::triton::metrics::Gauge;
 use crate::triton::{log, ModelHandle};
@@ -45,7 +46,7 @@ fn default_threshold(metric: Metric) -> f32 {
 }
 
 impl ModelState {
-    pub fn load(model: ModelHandle) -> Result<Self> {
+    pub fn load(model: &ModelHandle) -> Result<Self> {
         let name = model.name()?;
         let dir = model.directory()?;
         let config = model.config_json()?;

@@ -10,8 +10,9 @@ use dlib_face_recognition::{
 };
 
 use super::require_file;
+use super::Engine;
 use crate::error::{Error, Result};
-use crate::pipeline::{BoxPx, Engine, Face, Frame, Metric};
+use crate::pipeline::{BoxPx, Face, Frame, Metric};
 
 pub const RESNET_FILE: &str = "dlib_face_recognition_resnet_model_v1.dat";
 pub const SHAPE5_FILE: &str = "shape_predictor_5_face_landmarks.dat";

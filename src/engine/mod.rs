@@ -1,4 +1,5 @@
-//! Face engines behind `pipeline::Engine`. They know nothing of Triton.
+//! Face engines behind one trait, `Engine`: dlib and ONNX. They know
+//! nothing of Triton.
 
 pub mod dlib;
 pub mod onnx;
@@ -6,6 +7,7 @@ pub mod onnx;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::pipeline::{Face, Frame, Metric};
 
 /// A weights file that must exist; the error names it and how to get it.
 pub(crate) fn require_file(dir: &Path, file: &str) -> Result<std::path::PathBuf> {
@@ -18,4 +20,20 @@ pub(crate) fn require_file(dir: &Path, file: &str) -> Result<std::path::PathBuf>
         )));
     }
     Ok(path)
+}
+
+/// A face engine. One instance per Triton model instance; never shared
+/// between threads at once (`&mut self`).
+pub trait Engine: Send {
+    /// Short name for logs and the gallery store ("dlib", "onnx").
+    fn name(&self) -> &str;
+    fn metric(&self) -> Metric;
+    /// One line for the logs: the engine and what it loaded.
+    fn describe(&self) -> String;
+    /// Length of the embeddings it produces.
+    fn embedding_len(&self) -> usize;
+    /// Detect and embed the faces of every frame, batching work across frames
+    /// where the engine allows. One result per frame: a frame with more than
+    /// `max_faces` faces is an error for that frame alone.
+    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>>;
 }

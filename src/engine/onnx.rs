@@ -15,9 +15,10 @@ use opencv::imgproc;
 use opencv::prelude::*;
 use tract_onnx::prelude::*;
 
+use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
-use crate::pipeline::{BoxPx, Engine, Face, Frame, Metric};
+use crate::pipeline::{BoxPx, Face, Frame, Metric};
 
 /// How to turn 8-bit pixels into a network input: channel order, then
 /// `(value - mean) * scale`.
@@ -174,8 +175,12 @@ pub struct OnnxEngine {
     embedding_len: usize,
 }
 
-// SAFETY: tract plans are plain Rust data (Arc'd, immutable); used by one thread at a time.
-unsafe impl Send for OnnxEngine {}
+// tract plans are plain Rust data: the compiler proves the engine can move
+// to an instance's thread (`Engine: Send`), no `unsafe impl` needed.
+const _: fn() = || {
+    fn must_be_send<T: Send>() {}
+    must_be_send::<OnnxEngine>();
+};
 
 impl OnnxEngine {
     pub fn load(settings: &OnnxSettings) -> Result<Self> {

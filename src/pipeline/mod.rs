@@ -1,11 +1,9 @@
-//! The face pipeline, independent of Triton: frames in, faces out.
-//! `image` turns client bytes into frames (OpenCV); engines implement
-//! `Engine` (detect, landmarks, embed) and are swappable.
+//! The face pipeline's data, independent of Triton: frames in, faces out.
+//! `image` turns client bytes into frames (OpenCV), `align` cuts aligned
+//! face chips; the engines (`crate::engine`) turn frames into faces.
 
 pub mod align;
 pub mod image;
-
-use crate::error::Result;
 
 /// An image ready for an engine: interleaved 8-bit RGB, row-major.
 #[derive(Clone, Debug)]
@@ -73,22 +71,6 @@ impl Metric {
             Metric::Cosine => "cosine",
         }
     }
-}
-
-/// A face engine. One instance per Triton model instance; never shared
-/// between threads at once (`&mut self`).
-pub trait Engine: Send {
-    /// Short name for logs and the gallery store ("dlib", "onnx").
-    fn name(&self) -> &str;
-    fn metric(&self) -> Metric;
-    /// One line for the logs: the engine and what it loaded.
-    fn describe(&self) -> String;
-    /// Length of the embeddings it produces.
-    fn embedding_len(&self) -> usize;
-    /// Detect and embed the faces of every frame, batching work across frames
-    /// where the engine allows. One result per frame: a frame with more than
-    /// `max_faces` faces is an error for that frame alone.
-    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>>;
 }
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
 //! Borrowed handles to the server's backend, model and instance objects.
-//! They do not own the objects (Triton does); they own nothing but a pointer.
+//! They do not own the objects (Triton does). A handle is made only by
+//! `from_raw` (the export macro does it for each entry point) and lives no
+//! longer than the call that received the pointer; it is not `Copy`, so
+//! state borrowed through it cannot outlive it or its detaching.
 
+use std::any::Any;
 use std::ffi::{c_char, CStr};
 use std::path::PathBuf;
 use std::ptr;
@@ -22,10 +26,15 @@ fn owned_str(raw: *const c_char) -> String {
         .into_owned()
 }
 
-#[derive(Clone, Copy)]
-pub struct BackendHandle(pub *mut sys::TRITONBACKEND_Backend);
+pub struct BackendHandle(*mut sys::TRITONBACKEND_Backend);
 
 impl BackendHandle {
+    /// # Safety
+    /// `raw` is the backend Triton passed to the running entry point.
+    pub unsafe fn from_raw(raw: *mut sys::TRITONBACKEND_Backend) -> Self {
+        BackendHandle(raw)
+    }
+
     pub fn name(&self) -> Result<String> {
         let api = api()?;
         let mut name = ptr::null();
@@ -59,10 +68,16 @@ pub fn api_version_compatible(server: (u32, u32), ours: (u32, u32)) -> Result<()
     Ok(())
 }
 
-#[derive(Clone, Copy)]
-pub struct ModelHandle(pub *mut sys::TRITONBACKEND_Model);
+pub struct ModelHandle(*mut sys::TRITONBACKEND_Model);
 
 impl ModelHandle {
+    /// # Safety
+    /// `raw` is the model Triton passed to the running entry point; while the
+    /// handle lives, no other code detaches the model's state.
+    pub unsafe fn from_raw(raw: *mut sys::TRITONBACKEND_Model) -> Self {
+        ModelHandle(raw)
+    }
+
     pub fn name(&self) -> Result<String> {
         let api = api()?;
         let mut name = ptr::null();
@@ -109,36 +124,37 @@ impl ModelHandle {
             .map_err(|e| Error::internal(format!("model configuration is not JSON: {e}")))
     }
 
-    pub fn attach_state<T: Send + Sync>(&self, value: T) -> Result<()> {
+    pub fn attach_state<T: Any + Send + Sync>(&self, value: T) -> Result<()> {
         let api = api()?;
         state::attach(value, |raw| {
             call!(api.TRITONBACKEND_ModelSetState(self.0, raw))
         })
     }
 
-    /// The state attached by `attach_state::<T>`.
-    ///
-    /// # Safety
-    /// The state must be of type `T` and stay attached while the borrow lives.
-    pub unsafe fn state<'a, T>(&self) -> Result<&'a T> {
-        let api = api()?;
-        let mut raw = ptr::null_mut();
-        call!(api.TRITONBACKEND_ModelState(self.0, &mut raw))?;
-        state::borrow(raw)
+    /// The state attached by `attach_state::<T>` (type-checked).
+    pub fn state<T: Any>(&self) -> Result<&T> {
+        let raw = model_state_ptr(self.0)?;
+        // SAFETY: attached by `attach_state` (or null); the borrow is tied to
+        // this handle, which outlives no call and is consumed by `detach_state`.
+        unsafe { state::borrow(raw) }
     }
 
-    /// Detach and drop the state.
-    ///
-    /// # Safety
-    /// The state must be of type `T` and no borrow of it may be live.
-    pub unsafe fn drop_state<T>(&self) -> Result<()> {
+    /// Detach and drop the state (ModelFinalize). Consumes the handle, so no
+    /// borrow through it can still be live.
+    pub fn detach_state<T: Any>(self) -> Result<()> {
         let api = api()?;
-        let mut raw = ptr::null_mut();
-        call!(api.TRITONBACKEND_ModelState(self.0, &mut raw))?;
+        let raw = model_state_ptr(self.0)?;
         call!(api.TRITONBACKEND_ModelSetState(self.0, ptr::null_mut()))?;
-        state::detach::<T>(raw);
-        Ok(())
+        // SAFETY: attached by `attach_state`, detached once (the slot is now null).
+        unsafe { state::detach::<T>(raw) }
     }
+}
+
+fn model_state_ptr(model: *mut sys::TRITONBACKEND_Model) -> Result<*mut std::ffi::c_void> {
+    let api = api()?;
+    let mut raw = ptr::null_mut();
+    call!(api.TRITONBACKEND_ModelState(model, &mut raw))?;
+    Ok(raw)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,10 +165,16 @@ pub enum InstanceKind {
     Auto,
 }
 
-#[derive(Clone, Copy)]
-pub struct InstanceHandle(pub *mut sys::TRITONBACKEND_ModelInstance);
+pub struct InstanceHandle(*mut sys::TRITONBACKEND_ModelInstance);
 
 impl InstanceHandle {
+    /// # Safety
+    /// `raw` is the instance Triton passed to the running entry point; while
+    /// the handle lives, no other code borrows or detaches its state.
+    pub unsafe fn from_raw(raw: *mut sys::TRITONBACKEND_ModelInstance) -> Self {
+        InstanceHandle(raw)
+    }
+
     pub fn name(&self) -> Result<String> {
         let api = api()?;
         let mut name = ptr::null();
@@ -179,44 +201,51 @@ impl InstanceHandle {
         Ok(id)
     }
 
-    pub fn model(&self) -> Result<ModelHandle> {
+    /// The state of this instance's model (type-checked). Triton finalizes a
+    /// model only after its instances, so it outlives this handle.
+    pub fn model_state<M: Any>(&self) -> Result<&M> {
         let api = api()?;
         let mut model = ptr::null_mut();
         call!(api.TRITONBACKEND_ModelInstanceModel(self.0, &mut model))?;
-        Ok(ModelHandle(model))
+        let raw = model_state_ptr(model)?;
+        // SAFETY: attached at ModelInitialize, detached only after this
+        // instance is finalized; the borrow is tied to this handle.
+        unsafe { state::borrow(raw) }
     }
 
-    pub fn attach_state<T: Send>(&self, value: T) -> Result<()> {
+    pub fn attach_state<T: Any + Send>(&self, value: T) -> Result<()> {
         let api = api()?;
         state::attach(value, |raw| {
             call!(api.TRITONBACKEND_ModelInstanceSetState(self.0, raw))
         })
     }
 
-    /// The state attached by `attach_state::<T>`, mutably: Triton runs at most
-    /// one Execute per instance at a time.
-    ///
-    /// # Safety
-    /// The state must be of type `T`, stay attached while the borrow lives,
-    /// and not be borrowed elsewhere.
-    pub unsafe fn state_mut<'a, T>(&self) -> Result<&'a mut T> {
-        let api = api()?;
-        let mut raw = ptr::null_mut();
-        call!(api.TRITONBACKEND_ModelInstanceState(self.0, &mut raw))?;
-        state::borrow_mut(raw)
+    /// The model's state and this instance's, the latter mutably: Triton runs
+    /// at most one Execute per instance at a time, and `&mut self` keeps the
+    /// borrow unique on this side.
+    pub fn states_mut<M: Any, I: Any>(&mut self) -> Result<(&M, &mut I)> {
+        let model = self.model_state::<M>()? as *const M;
+        let raw = self.state_ptr()?;
+        // SAFETY: attached by `attach_state`; unique through `&mut self`.
+        let instance = unsafe { state::borrow_mut::<I>(raw) }?;
+        // SAFETY: see `model_state`; a shared borrow of separate memory.
+        Ok((unsafe { &*model }, instance))
     }
 
-    /// Detach and drop the state.
-    ///
-    /// # Safety
-    /// The state must be of type `T` and no borrow of it may be live.
-    pub unsafe fn drop_state<T>(&self) -> Result<()> {
+    /// Detach and drop the state (ModelInstanceFinalize); consumes the handle.
+    pub fn detach_state<T: Any>(self) -> Result<()> {
+        let api = api()?;
+        let raw = self.state_ptr()?;
+        call!(api.TRITONBACKEND_ModelInstanceSetState(self.0, ptr::null_mut()))?;
+        // SAFETY: attached by `attach_state`, detached once (the slot is now null).
+        unsafe { state::detach::<T>(raw) }
+    }
+
+    fn state_ptr(&self) -> Result<*mut std::ffi::c_void> {
         let api = api()?;
         let mut raw = ptr::null_mut();
         call!(api.TRITONBACKEND_ModelInstanceState(self.0, &mut raw))?;
-        call!(api.TRITONBACKEND_ModelInstanceSetState(self.0, ptr::null_mut()))?;
-        state::detach::<T>(raw);
-        Ok(())
+        Ok(raw)
     }
 
     /// Per-request statistics; must come before the request is released.

@@ -24,26 +24,28 @@ pub fn write(level: Level, msg: &str) {
         Level::Error => sys::TRITONSERVER_LOG_ERROR,
         Level::Verbose => sys::TRITONSERVER_LOG_VERBOSE,
     };
-    let Ok(api) = sys::api() else {
+    let Ok(api) = sys::log_api() else {
         eprintln!("[face {level:?}] {msg}");
         return;
     };
     let text = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     let file = CString::new(caller.file()).unwrap_or_default();
     // SAFETY: valid C strings; the server copies them.
-    unsafe {
+    let err = unsafe {
         if !api.TRITONSERVER_LogIsEnabled(raw_level) {
             return;
         }
-        let err = api.TRITONSERVER_LogMessage(
+        api.TRITONSERVER_LogMessage(
             raw_level,
             file.as_ptr(),
             caller.line() as i32,
             text.as_ptr(),
-        );
-        if !err.is_null() {
-            api.TRITONSERVER_ErrorDelete(err);
-        }
+        )
+    };
+    // A failed log line is dropped; its error object is still ours to delete.
+    if let (false, Ok(errors)) = (err.is_null(), sys::error_api()) {
+        // SAFETY: returned to us by the call above, used no more.
+        unsafe { errors.TRITONSERVER_ErrorDelete(err) };
     }
 }
 

@@ -4,13 +4,14 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::OnceLock;
 
-use super::error::{api, call};
+use super::error::call;
 use super::sys;
 use crate::error::{Error, Result};
 
 struct Family(*mut sys::TRITONSERVER_MetricFamily);
 // SAFETY: the server's metric objects are internally synchronized.
 unsafe impl Send for Family {}
+// SAFETY: as above.
 unsafe impl Sync for Family {}
 
 /// One gauge of a process-wide family. Families are created once per process
@@ -18,6 +19,7 @@ unsafe impl Sync for Family {}
 pub struct Gauge(*mut sys::TRITONSERVER_Metric);
 // SAFETY: as above; `set` is a thread-safe server call.
 unsafe impl Send for Gauge {}
+// SAFETY: as above.
 unsafe impl Sync for Gauge {}
 
 /// Families made so far in this process, by name (creation errors too, so a
@@ -37,7 +39,7 @@ fn family(
         return f.as_ref().map(|f| f.0).map_err(Clone::clone);
     }
     let created = (|| {
-        let api = api()?;
+        let api = metrics()?;
         let (c_name, c_desc) = (cstr(name)?, cstr(description)?);
         let mut family = ptr::null_mut();
         call!(api.TRITONSERVER_MetricFamilyNew(
@@ -53,6 +55,12 @@ fn family(
     out
 }
 
+/// The optional metrics API; without it the gauges are left out (the caller
+/// logs a warning).
+fn metrics() -> Result<&'static sys::MetricsApi> {
+    sys::metrics_api().map_err(Error::unsupported)
+}
+
 fn cstr(s: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::internal("metric text contains NUL"))
 }
@@ -61,7 +69,7 @@ impl Gauge {
     /// The gauge `name{model="<model>"}`.
     pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Gauge> {
         let family = family(name, description)?;
-        let api = api()?;
+        let api = metrics()?;
         let (key, value) = (cstr("model")?, cstr(model)?);
         // SAFETY: valid C strings; the server copies them into the parameter.
         let label = unsafe {
@@ -84,7 +92,7 @@ impl Gauge {
     }
 
     pub fn set(&self, value: f64) {
-        if let Ok(api) = api() {
+        if let Ok(api) = metrics() {
             let _ = call!(api.TRITONSERVER_MetricSet(self.0, value));
         }
     }
@@ -92,7 +100,7 @@ impl Gauge {
 
 impl Drop for Gauge {
     fn drop(&mut self) {
-        if let Ok(api) = api() {
+        if let Ok(api) = metrics() {
             let _ = call!(api.TRITONSERVER_MetricDelete(self.0));
         }
     }

@@ -3,6 +3,7 @@
 //! guard every exported entry point runs in.
 
 pub mod error;
+pub mod export;
 pub mod guard;
 pub mod handles;
 pub mod log;
@@ -15,5 +16,5 @@ pub mod time;
 
 pub use guard::guard;
 pub use handles::{BackendHandle, InstanceHandle, InstanceKind, ModelHandle};
-pub use request::{Input, Request};
+pub use request::{Input, Request, Requests};
 pub use response::BytesTensor;

@@ -1,7 +1,11 @@
-//! An owned inference request. Created once per raw request in Execute; it
-//! answers exactly once (`respond` consumes it) and is released exactly once
-//! (in `Drop`, on every path, panics included). A request dropped without an
-//! answer gets an INTERNAL error response first, so no client is left waiting.
+//! The requests of one Execute. `Requests` is the server's array, not yet
+//! ours; `accept` creates every response first (as Triton's recommended
+//! backend does) and only then takes ownership: if a response cannot be
+//! created, the error goes back to Triton with the requests untouched.
+//! An accepted `Request` answers exactly once (`respond` consumes it) and is
+//! released exactly once (in `Drop`, on every path, panics included); one
+//! dropped without an answer gets an INTERNAL error response first, so no
+//! client is left waiting.
 
 use std::borrow::Cow;
 use std::ffi::{CStr, CString};
@@ -19,24 +23,62 @@ pub enum CorrelationId {
     Str(String),
 }
 
+/// The requests handed to Execute, still owned by the server.
+pub struct Requests {
+    raw: Vec<*mut sys::TRITONBACKEND_Request>,
+}
+
+impl Requests {
+    /// Copy the server's array (it is the server's again after Execute).
+    ///
+    /// # Safety
+    /// `array` holds `count` requests passed to the running Execute (or is
+    /// null with `count` 0).
+    pub unsafe fn from_raw(array: *mut *mut sys::TRITONBACKEND_Request, count: u32) -> Self {
+        let raw = if array.is_null() || count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: `count` pointers at `array` (caller's contract).
+            unsafe { std::slice::from_raw_parts(array, count as usize) }.to_vec()
+        };
+        Requests { raw }
+    }
+
+    /// Create every request's response, then take ownership of the requests.
+    /// On `Err` nothing is owned: created responses are deleted and the
+    /// requests stay the server's (the Execute must return that error).
+    pub fn accept(self) -> Result<Vec<Request>> {
+        let api = api()?;
+        let mut responses = Vec::with_capacity(self.raw.len());
+        for &request in &self.raw {
+            let mut response = ptr::null_mut();
+            let made = if request.is_null() {
+                Err(Error::internal("the server passed a null request"))
+            } else {
+                call!(api.TRITONBACKEND_ResponseNew(&mut response, request))
+            };
+            if let Err(e) = made {
+                for created in responses {
+                    let _ = call!(api.TRITONBACKEND_ResponseDelete(created));
+                }
+                return Err(e.context("cannot create the responses; the batch is returned"));
+            }
+            responses.push(response);
+        }
+        let requests = self.raw.into_iter().zip(responses);
+        Ok(requests
+            .map(|(raw, response)| Request { raw, response })
+            .collect())
+    }
+}
+
 pub struct Request {
     raw: *mut sys::TRITONBACKEND_Request,
-    answered: bool,
+    /// Created at `accept`; null once sent.
+    response: *mut sys::TRITONBACKEND_Response,
 }
 
 impl Request {
-    /// Take ownership of a request handed to Execute.
-    ///
-    /// # Safety
-    /// `raw` must be a live request that this code now owns (Execute's
-    /// requests), wrapped at most once.
-    pub unsafe fn from_raw(raw: *mut sys::TRITONBACKEND_Request) -> Self {
-        Request {
-            raw,
-            answered: false,
-        }
-    }
-
     pub(crate) fn raw(&self) -> *mut sys::TRITONBACKEND_Request {
         self.raw
     }
@@ -50,8 +92,8 @@ impl Request {
         for i in 0..count {
             let mut raw_name = ptr::null();
             call!(api.TRITONBACKEND_RequestInputName(self.raw, i, &mut raw_name))?;
-            // SAFETY: NUL-terminated, valid while the request lives.
             if !raw_name.is_null()
+                // SAFETY: NUL-terminated, valid while the request lives.
                 && unsafe { CStr::from_ptr(raw_name) }.to_bytes() == name.as_bytes()
             {
                 present = true;
@@ -85,10 +127,10 @@ impl Request {
         }
         let mut text = ptr::null();
         call!(api.TRITONBACKEND_RequestCorrelationIdString(self.raw, &mut text))?;
-        // SAFETY: NUL-terminated, valid while the request lives.
         let text = if text.is_null() {
             String::new()
         } else {
+            // SAFETY: NUL-terminated, valid while the request lives.
             unsafe { CStr::from_ptr(text) }
                 .to_string_lossy()
                 .into_owned()
@@ -115,24 +157,26 @@ impl Request {
         outcome: Result<Vec<BytesTensor>>,
         after: impl FnOnce(&Request, bool),
     ) {
-        self.answered = true;
         let success = outcome.is_ok();
-        if let Err(e) = response::send(self.raw, outcome) {
+        self.send(outcome);
+        after(&self, success);
+    }
+
+    fn send(&mut self, outcome: Result<Vec<BytesTensor>>) {
+        let response = std::mem::replace(&mut self.response, ptr::null_mut());
+        if response.is_null() {
+            return;
+        }
+        if let Err(e) = response::send(response, outcome) {
             log::error(&format!("failed to send a response: {e}"));
         }
-        after(&self, success);
     }
 }
 
 impl Drop for Request {
     fn drop(&mut self) {
-        if !self.answered {
-            self.answered = true;
-            let err = Error::internal("the face backend dropped this request without an answer");
-            if let Err(e) = response::send(self.raw, Err(err)) {
-                log::error(&format!("failed to send a response: {e}"));
-            }
-        }
+        let err = Error::internal("the face backend dropped this request without an answer");
+        self.send(Err(err));
         let Ok(api) = api() else { return };
         if let Err(e) =
             call!(api.TRITONBACKEND_RequestRelease(self.raw, sys::TRITONSERVER_REQUEST_RELEASE_ALL))

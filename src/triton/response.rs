@@ -26,15 +26,14 @@ pub fn encode_bytes_tensor<T: AsRef<[u8]>>(elements: &[T]) -> Vec<u8> {
     out
 }
 
-/// Create the response for `request`, fill the outputs (or turn a failure
-/// while filling them into the response's error), and send it as final.
+/// Fill a request's response with the outputs (or turn a failure while
+/// filling them into the response's error), and send it as final. The
+/// response is consumed: sent, or deleted when sending fails.
 pub(super) fn send(
-    request: *mut sys::TRITONBACKEND_Request,
+    response: *mut sys::TRITONBACKEND_Response,
     outcome: Result<Vec<BytesTensor>>,
 ) -> Result<()> {
     let api = api()?;
-    let mut response = ptr::null_mut();
-    call!(api.TRITONBACKEND_ResponseNew(&mut response, request))?;
     let outcome = outcome.and_then(|tensors| {
         tensors
             .iter()
@@ -50,9 +49,11 @@ pub(super) fn send(
         err
     ));
     if !err.is_null() {
-        // The error object stays ours after sending.
-        // SAFETY: created by to_raw above, not used after this.
-        unsafe { api.TRITONSERVER_ErrorDelete(err) };
+        if let Ok(errors) = sys::error_api() {
+            // The error object stays ours after sending.
+            // SAFETY: created by to_raw above, not used after this.
+            unsafe { errors.TRITONSERVER_ErrorDelete(err) };
+        }
     }
     if sent.is_err() {
         // Send failed: the response is still ours to delete.

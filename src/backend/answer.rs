@@ -1,0 +1,130 @@
+//! One request's answer: name the faces (gallery), follow its sequence (if
+//! any), and render one JSON document per image into RESULT.
+
+use std::time::Instant;
+
+use crate::backend::controls::Step;
+use crate::backend::enroll::Analyzed;
+use crate::backend::model::ModelState;
+use crate::error::{Error, Result};
+use crate::gallery::Enrolled;
+use crate::pipeline::Face;
+use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
+use crate::sequence::{Observed, Sequences};
+use crate::triton::BytesTensor;
+
+pub const RESULT: &str = "RESULT";
+
+pub type Outcome = Result<Vec<BytesTensor>>;
+
+/// Match, follow the sequence (if any), and render one request's documents.
+pub fn answer(
+    model: &ModelState,
+    analyzed: Analyzed,
+    enrolled: Option<Vec<Enrolled>>,
+    sequences: Option<&mut Sequences>,
+) -> Outcome {
+    let Analyzed { job, faces } = analyzed;
+    if job.is_idle() {
+        // An idle slot of the sequence batcher: answer, touch nothing.
+        return Ok(result_tensor(model, vec![b"{}".to_vec()]));
+    }
+    let with_embeddings = model.settings.return_embeddings;
+    let mut enrolled = enrolled.map(Vec::into_iter);
+    let mut docs: Vec<ImageDoc> = job
+        .frames
+        .iter()
+        .zip(&faces)
+        .map(|(frame, faces)| {
+            let docs = faces
+                .iter()
+                .map(|f| FaceDoc::new(f, &model.gallery.best_match(&f.embedding), with_embeddings))
+                .collect();
+            let doc = ImageDoc::new(frame, docs);
+            match enrolled.as_mut().and_then(Iterator::next) {
+                Some(e) => doc.with_enrolled(&e),
+                None => doc,
+            }
+        })
+        .collect();
+    if let Some(step) = &job.step {
+        let sequences = sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
+        follow_sequence(model, step, &faces, &mut docs, sequences)?;
+    }
+    Ok(result_tensor(
+        model,
+        docs.iter().map(ImageDoc::to_json).collect(),
+    ))
+}
+
+/// RESULT holding one JSON document per image.
+fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor> {
+    let shape = if model.settings.batched {
+        vec![elements.len() as i64, 1]
+    } else {
+        vec![1]
+    };
+    vec![BytesTensor {
+        name: RESULT,
+        shape,
+        elements,
+    }]
+}
+
+/// Apply one request's sequence step: START opens the state, each frame joins
+/// it (faces get tracks), END adds the summary and drops the state. The docs
+/// gain their `sequence` part; a request without a frame gets one doc.
+fn follow_sequence(
+    model: &ModelState,
+    step: &Step,
+    faces: &[Vec<Face>],
+    docs: &mut Vec<ImageDoc>,
+    sequences: &mut Sequences,
+) -> Result<()> {
+    let now = Instant::now();
+    let limits = *sequences.limits();
+    if step.start {
+        sequences.start(&step.id, now)?;
+    }
+    let state = sequences.get(&step.id, now)?;
+    let (metric, threshold) = (model.gallery.metric(), model.gallery.threshold());
+    for (doc, faces) in docs.iter_mut().zip(faces) {
+        let face_docs = doc
+            .faces
+            .as_mut()
+            .expect("frame documents list their faces");
+        let observed: Vec<Observed> = faces
+            .iter()
+            .zip(face_docs.iter())
+            .map(|(f, d)| Observed {
+                embedding: &f.embedding,
+                name: d.name.as_deref(),
+                distance: d.distance,
+                bbox: f.bbox,
+            })
+            .collect();
+        let (frame, tracks) = state.observe(&observed, metric, threshold, &limits);
+        for (d, track) in face_docs.iter_mut().zip(tracks) {
+            d.track = Some(track);
+        }
+        doc.sequence = Some(SequenceDoc {
+            correlation_id: step.id.clone(),
+            frame: Some(frame),
+        });
+    }
+    if docs.is_empty() {
+        docs.push(ImageDoc {
+            sequence: Some(SequenceDoc {
+                correlation_id: step.id.clone(),
+                frame: None,
+            }),
+            ..Default::default()
+        });
+    }
+    if step.end {
+        let summary = state.summary();
+        sequences.end(&step.id);
+        docs.last_mut().expect("at least one document").summary = Some(summary);
+    }
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! The face work of one Execute: read every request (a bad one fails alone),
+//! run the engine on all frames of the batch together, enroll, then answer
+//! each request in order (sequence steps under one lock).
+
+use std::time::Instant;
+
+use crate::backend::answer::{answer, Outcome};
+use crate::backend::enroll::{enroll_batch, Analyzed};
+use crate::backend::instance::InstanceState;
+use crate::backend::job::{read_job, Job};
+use crate::backend::model::ModelState;
+use crate::error::Result;
+use crate::pipeline::{Face, Frame};
+use crate::sequence::Sequences;
+use crate::triton::time::now_ns;
+use crate::triton::{log, Request};
+
+/// What one Execute produced: one outcome per request, and for statistics
+/// the compute window and the batch size.
+pub struct Batch {
+    pub outcomes: Vec<Outcome>,
+    pub compute_start: u64,
+    pub compute_end: u64,
+    /// Images (a request without a readable image counts as one).
+    pub size: u64,
+}
+
+pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Request]) -> Batch {
+    let settings = &model.settings;
+    let jobs: Vec<Result<Job>> = requests.iter().map(|r| read_job(r, settings)).collect();
+    let size = jobs
+        .iter()
+        .map(|j| j.as_ref().map_or(1, |j| j.frames.len().max(1) as u64))
+        .sum();
+    let compute_start = now_ns();
+    let mut batch = analyze(state, jobs, settings.max_faces_per_image);
+    let enrolled = enroll_batch(&model.gallery, &mut batch);
+
+    // Sequence steps run in request order under one lock, after the engine.
+    let mut sequences = model
+        .sequences
+        .as_ref()
+        .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Some(seqs) = sequences.as_deref_mut() {
+        evict_idle(model, seqs);
+    }
+    let outcomes = batch
+        .into_iter()
+        .zip(enrolled)
+        .map(|(item, enrolled)| answer(model, item?, enrolled, sequences.as_deref_mut()))
+        .collect();
+    if let (Some(seqs), Some(gauge)) = (sequences.as_deref(), &model.live_gauge) {
+        gauge.set(seqs.len() as f64);
+    }
+    Batch {
+        outcomes,
+        compute_start,
+        compute_end: now_ns(),
+        size,
+    }
+}
+
+/// All frames of the batch through the engine at once; each request gets its
+/// share back (an image the engine failed on fails its request).
+fn analyze(
+    state: &mut InstanceState,
+    jobs: Vec<Result<Job>>,
+    max_faces: usize,
+) -> Vec<Result<Analyzed>> {
+    let frames: Vec<&Frame> = jobs
+        .iter()
+        .flatten()
+        .flat_map(|j| j.frames.iter())
+        .collect();
+    let mut results = state.engine.analyze(&frames, max_faces).into_iter();
+    jobs.into_iter()
+        .map(|job| {
+            let job = job?;
+            // Always drain this job's share of the results, even on error.
+            let faces: Vec<Result<Vec<Face>>> = results.by_ref().take(job.frames.len()).collect();
+            let faces = faces
+                .into_iter()
+                .enumerate()
+                .map(|(i, f)| f.map_err(|e| e.context(job.label(i, "image"))))
+                .collect::<Result<_>>()?;
+            Ok(Analyzed { job, faces })
+        })
+        .collect()
+}
+
+fn evict_idle(model: &ModelState, sequences: &mut Sequences) {
+    let evicted = sequences.evict_idle(Instant::now());
+    if evicted > 0 {
+        log::info(&format!(
+            "model '{}': evicted {evicted} idle sequences",
+            model.name
+        ));
+    }
+}

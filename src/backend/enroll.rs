@@ -1,0 +1,67 @@
+//! ENROLL for a whole batch: each request's images must hold exactly one
+//! face (else that request fails alone and stores nothing), then all the
+//! batch's enrollments go to the gallery in one store write, acknowledged
+//! only once written.
+
+use crate::backend::job::{Job, ENROLL};
+use crate::error::{Error, Result};
+use crate::gallery::{Enrolled, Gallery};
+use crate::pipeline::Face;
+
+/// A name and the embedding to enroll under it.
+type Named = (String, Vec<f32>);
+
+/// A request after the engine: its job and the faces of each of its frames.
+pub struct Analyzed {
+    pub job: Job,
+    pub faces: Vec<Vec<Face>>,
+}
+
+/// Enroll every enrolling request of the batch. A request whose enrollment
+/// fails becomes that error; the others get their `Enrolled` records (one
+/// per image), the rest `None`.
+pub fn enroll_batch(
+    gallery: &Gallery,
+    batch: &mut [Result<Analyzed>],
+) -> Vec<Option<Vec<Enrolled>>> {
+    let mut enrolling = Vec::new();
+    let mut faces = Vec::new();
+    for (i, item) in batch.iter_mut().enumerate() {
+        let Ok(analyzed) = item else { continue };
+        match enrollment(analyzed) {
+            Ok(None) => {}
+            Ok(Some(request)) => {
+                enrolling.push(i);
+                faces.push(request);
+            }
+            Err(e) => *item = Err(e),
+        }
+    }
+    let mut out: Vec<Option<Vec<Enrolled>>> = batch.iter().map(|_| None).collect();
+    for (i, result) in enrolling.into_iter().zip(gallery.enroll_batch(faces)) {
+        match result {
+            Ok(enrolled) => out[i] = Some(enrolled),
+            Err(e) => batch[i] = Err(e),
+        }
+    }
+    out
+}
+
+/// The (name, embedding) pairs one request enrolls, or why it cannot.
+fn enrollment(analyzed: &Analyzed) -> Result<Option<Vec<Named>>> {
+    let Some(names) = &analyzed.job.enroll else {
+        return Ok(None);
+    };
+    let mut pairs = Vec::with_capacity(names.len());
+    for (i, (name, faces)) in names.iter().zip(&analyzed.faces).enumerate() {
+        if faces.len() != 1 {
+            return Err(Error::invalid(format!(
+                "{}: enrollment needs exactly one face in the image, found {}; nothing was enrolled",
+                analyzed.job.label(i, ENROLL),
+                faces.len()
+            )));
+        }
+        pairs.push((name.clone(), faces[0].embedding.clone()));
+    }
+    Ok(Some(pairs))
+}

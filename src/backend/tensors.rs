@@ -1,0 +1,113 @@
+//! Decoding the image and name tensors of a request: raw pixels (IMAGE),
+//! encoded files (ENCODED) and TYPE_STRING elements, each checked against its
+//! declared type and shape.
+
+use crate::backend::config::Settings;
+use crate::error::{Error, Result};
+use crate::pipeline::image::{frame_from_encoded, frame_from_pixels};
+use crate::pipeline::Frame;
+use crate::triton::request::decode_bytes_tensor;
+use crate::triton::{sys, Input};
+
+pub const IMAGE: &str = "IMAGE";
+pub const ENCODED: &str = "ENCODED";
+
+fn dims_text(shape: &[i64]) -> String {
+    format!("{shape:?}")
+}
+
+pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
+    if input.datatype != sys::TRITONSERVER_TYPE_UINT8 {
+        return Err(Error::invalid(format!(
+            "{IMAGE}: expected data type UINT8, got type code {}",
+            input.datatype
+        )));
+    }
+    let shape = &input.shape;
+    let (batch, hwc) = match (settings.batched, shape.len()) {
+        (true, 4) => (shape[0], &shape[1..]),
+        (false, 3) => (1, &shape[..]),
+        _ => {
+            return Err(Error::invalid(format!(
+                "{IMAGE}: expected shape {}height x width x 3, got {}",
+                if settings.batched { "batch x " } else { "" },
+                dims_text(shape)
+            )))
+        }
+    };
+    if hwc[2] != 3 {
+        return Err(Error::invalid(format!(
+            "{IMAGE}: expected 3 channels ({:?}), got {} in shape {}",
+            settings.pixel_format,
+            hwc[2],
+            dims_text(shape)
+        )));
+    }
+    if batch <= 0 || hwc[0] < 0 || hwc[1] < 0 {
+        return Err(Error::invalid(format!(
+            "{IMAGE}: empty image, shape {}",
+            dims_text(shape)
+        )));
+    }
+    let (h, w) = (hwc[0] as u64, hwc[1] as u64);
+    let data = input.host_bytes()?;
+    let per_image = (h * w * 3) as usize;
+    if per_image == 0 {
+        return Err(Error::invalid(format!("{IMAGE}: empty image ({w}x{h})")));
+    }
+    if data.len() != per_image * batch as usize {
+        return Err(Error::invalid(format!(
+            "{IMAGE}: {} bytes do not match shape {}",
+            data.len(),
+            dims_text(shape)
+        )));
+    }
+    data.chunks_exact(per_image)
+        .map(|pixels| {
+            frame_from_pixels(
+                IMAGE,
+                pixels,
+                h,
+                w,
+                settings.pixel_format,
+                settings.max_image_pixels,
+            )
+        })
+        .collect()
+}
+
+pub fn read_encoded(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
+    let images = read_strings(input)?;
+    if images.is_empty() {
+        return Err(Error::invalid(format!(
+            "{ENCODED}: no image bytes in the request"
+        )));
+    }
+    images
+        .iter()
+        .map(|bytes| frame_from_encoded(ENCODED, bytes, settings.max_image_pixels))
+        .collect()
+}
+
+/// The elements of a TYPE_STRING input, checked against its shape.
+pub fn read_strings<'r>(input: &Input<'r>) -> Result<Vec<Vec<u8>>> {
+    if input.datatype != sys::TRITONSERVER_TYPE_BYTES {
+        return Err(Error::invalid(format!(
+            "{}: expected data type BYTES (TYPE_STRING), got type code {}",
+            input.name, input.datatype
+        )));
+    }
+    let data = input.host_bytes()?;
+    let elements = decode_bytes_tensor(&data).map_err(|e| e.context(&input.name))?;
+    let expected: i64 = input.shape.iter().product();
+    if expected < 0 || elements.len() as i64 != expected {
+        return Err(Error::invalid(format!(
+            "{}: shape {} holds {} elements, the data has {}",
+            input.name,
+            dims_text(&input.shape),
+            expected,
+            elements.len()
+        )));
+    }
+    Ok(elements.into_iter().map(<[u8]>::to_vec).collect())
+}
