@@ -6,6 +6,7 @@ pub mod config;
 pub mod execute;
 pub mod instance;
 pub mod model;
+pub mod parameters;
 
 use crate::error::Result;
 use crate::triton::handles::check_backend_api_version;
