@@ -1,11 +1,14 @@
-//! The model configuration, parsed once at model load into typed settings with
-//! defaults. A bad or unknown parameter fails the load with a message that
-//! names it.
+//! The model configuration, parsed once at model load into typed settings:
+//! the parameters through their table (`parameters.rs`), batching and the
+//! sequence controls here. Anything malformed fails the load with a message
+//! that names it; nothing falls back to a default silently.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::backend::parameters::{self, Draft, PARAMETERS};
 use crate::engine::dlib::DetectorKind;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
@@ -23,6 +26,8 @@ pub enum EngineKind {
 pub struct Settings {
     pub engine: EngineKind,
     pub detector: DetectorKind,
+    /// Smallest image side the dlib CNN detector runs on (0: every image).
+    pub cnn_min_side: u32,
     /// Absolute: relative values are resolved against the model directory.
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
@@ -42,6 +47,8 @@ pub struct Settings {
     pub onnx: OnnxSettings,
     /// KIND_GPU instances refuse devices below this.
     pub min_compute_capability: Capability,
+    /// The parameters the config sets (trimmed), for `describe_parameters`.
+    given: Vec<(&'static str, String)>,
 }
 
 /// How a stateful model receives its sequence controls, from the config's
@@ -70,39 +77,6 @@ pub enum Truth {
     Bool(bool),
 }
 
-/// Every parameter the backend understands, with its default.
-pub const PARAMETERS: &[(&str, &str)] = &[
-    ("engine", "dlib"),
-    ("detector", "hog"),
-    ("weights_dir", "weights"),
-    ("gallery_dir", "gallery"),
-    ("pixel_format", "RGB"),
-    ("match_threshold", "(engine default: 0.6 dlib, 0.5 onnx)"),
-    ("max_image_pixels", "40000000"),
-    ("max_faces_per_image", "64"),
-    ("max_gallery_size", "10000"),
-    ("return_embeddings", "false"),
-    (
-        "detector_model",
-        "(onnx) detector.onnx, relative to the version folder",
-    ),
-    ("landmark_model", "(onnx) none"),
-    ("embedder_model", "(onnx) embedder.onnx"),
-    ("detector_family", "(onnx) ultraface"),
-    ("detector_input_size", "(onnx) from the model, e.g. 320x240"),
-    ("detector_mean", "(onnx) 127"),
-    ("detector_scale", "(onnx) 0.0078125"),
-    ("detector_channels", "(onnx) RGB"),
-    ("detector_threshold", "(onnx) 0.7"),
-    ("nms_iou", "(onnx) 0.3"),
-    ("embedder_mean", "(onnx) 127"),
-    ("embedder_scale", "(onnx) 0.0078125"),
-    ("embedder_channels", "(onnx) BGR"),
-    ("max_sequences", "1024 (sequence models)"),
-    ("max_frames_per_sequence", "1000 (sequence models)"),
-    ("min_compute_capability", "6.0 (KIND_GPU instances)"),
-];
-
 /// Triton's own default for max_sequence_idle_microseconds.
 const DEFAULT_IDLE_US: u64 = 1_000_000;
 
@@ -110,6 +84,22 @@ const DEFAULT_IDLE_US: u64 = 1_000_000;
 fn json_u64(v: &Value) -> Option<u64> {
     v.as_u64()
         .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// The unsigned integer `config[key]`, 0 when absent (protobuf's default).
+fn config_u64(config: &Value, section: &str, key: &str) -> Result<u64> {
+    match config.get(key) {
+        None => Ok(0),
+        Some(v) => json_u64(v).ok_or_else(|| {
+            Error::invalid(format!(
+                "{section}{key} = {v} is invalid: expected an unsigned integer"
+            ))
+        }),
+    }
+}
+
+fn bad_control(name: &str, what: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("sequence_batching control_input `{name}`: {what}"))
 }
 
 /// The sequence controls declared in `sequence_batching.control_input`.
@@ -121,115 +111,107 @@ fn sequence_controls(batching: &Value, limits: Limits) -> Result<SequenceConfig>
         corrid: None,
         limits,
     };
-    let inputs = batching.get("control_input").and_then(Value::as_array);
-    for input in inputs.into_iter().flatten() {
+    let inputs = match batching.get("control_input") {
+        None => return Ok(cfg),
+        Some(v) => v
+            .as_array()
+            .ok_or_else(|| Error::invalid("sequence_batching control_input is not a list"))?,
+    };
+    for input in inputs {
         let name = input
             .get("name")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        for control in input
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| Error::invalid("sequence_batching: a control_input has no name"))?;
+        let controls = input
             .get("control")
             .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let kind = control
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let truth = || -> Result<Control> {
-                let pick = |key: &str| {
-                    control
-                        .get(key)
-                        .and_then(Value::as_array)
-                        .filter(|a| a.len() == 2)
-                        .map(|a| a[1].clone())
-                };
-                let truth = if let Some(v) = pick("int32_false_true") {
-                    Truth::Int32(v.as_i64().unwrap_or(1) as i32)
-                } else if let Some(v) = pick("fp32_false_true") {
-                    Truth::Fp32(v.as_f64().unwrap_or(1.0) as f32)
-                } else if let Some(v) = pick("bool_false_true") {
-                    Truth::Bool(v.as_bool().unwrap_or(true))
-                } else {
-                    return Err(Error::invalid(format!(
-                        "sequence control `{name}` ({kind}) needs int32_false_true, fp32_false_true or bool_false_true"
-                    )));
-                };
-                Ok(Control {
-                    name: name.clone(),
-                    truth,
-                })
-            };
-            match kind {
-                "CONTROL_SEQUENCE_START" => cfg.start = Some(truth()?),
-                "CONTROL_SEQUENCE_END" => cfg.end = Some(truth()?),
-                "CONTROL_SEQUENCE_READY" => cfg.ready = Some(truth()?),
-                "CONTROL_SEQUENCE_CORRID" => {
-                    let dtype = control
-                        .get("data_type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("TYPE_UINT64");
-                    let string = match dtype {
-                        "TYPE_STRING" => true,
-                        "TYPE_UINT64" | "TYPE_INT64" | "TYPE_UINT32" | "TYPE_INT32" => false,
-                        _ => {
-                            return Err(Error::invalid(format!(
-                                "sequence control `{name}` (CORRID) has data_type {dtype}; use TYPE_UINT64 or TYPE_STRING"
-                            )))
-                        }
-                    };
-                    cfg.corrid = Some((name.clone(), string));
-                }
-                _ => {}
-            }
+            .ok_or_else(|| bad_control(name, "no control list"))?;
+        for control in controls {
+            add_control(&mut cfg, name, control)?;
         }
     }
     Ok(cfg)
 }
 
-fn bad(key: &str, value: &str, expected: &str) -> Error {
-    Error::invalid(format!(
-        "model parameter `{key}` = {value:?} is invalid: expected {expected}"
-    ))
+/// One `control { kind ... }` of the control input `name`, into `cfg`.
+fn add_control(cfg: &mut SequenceConfig, name: &str, control: &Value) -> Result<()> {
+    let kind = control
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad_control(name, "a control has no kind"))?;
+    let slot = match kind {
+        "CONTROL_SEQUENCE_START" => &mut cfg.start,
+        "CONTROL_SEQUENCE_END" => &mut cfg.end,
+        "CONTROL_SEQUENCE_READY" => &mut cfg.ready,
+        "CONTROL_SEQUENCE_CORRID" => {
+            cfg.corrid = Some((name.to_string(), corrid_is_string(name, kind, control)?));
+            return Ok(());
+        }
+        _ => return Err(bad_control(name, format!("unknown kind {kind}"))),
+    };
+    *slot = Some(Control {
+        name: name.to_string(),
+        truth: truth(name, kind, control)?,
+    });
+    Ok(())
 }
 
-fn parse_number(key: &str, v: &str) -> Result<f32> {
-    v.trim()
-        .parse::<f32>()
-        .ok()
-        .filter(|n| n.is_finite())
-        .ok_or_else(|| bad(key, v, "a number"))
+/// The value that means true, from the one `*_false_true` pair the control has.
+fn truth(name: &str, kind: &str, control: &Value) -> Result<Truth> {
+    const PAIRS: [&str; 3] = ["int32_false_true", "fp32_false_true", "bool_false_true"];
+    // Triton prints every field: the unused pairs are there, empty.
+    let given: Vec<(&str, &Vec<Value>)> = PAIRS
+        .iter()
+        .filter_map(|&key| Some((key, control.get(key)?.as_array()?)))
+        .filter(|(_, pair)| !pair.is_empty())
+        .collect();
+    let [(key, pair)] = given[..] else {
+        let what = format!("{kind} needs exactly one of {}", PAIRS.join(", "));
+        return Err(bad_control(name, what));
+    };
+    let [_, yes] = &pair[..] else {
+        return Err(bad_control(
+            name,
+            format!(
+                "{kind} {key} must be [false, true], not {}",
+                Value::Array(pair.clone())
+            ),
+        ));
+    };
+    let truth = match key {
+        "int32_false_true" => yes
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .map(Truth::Int32),
+        "fp32_false_true" => yes.as_f64().map(|x| Truth::Fp32(x as f32)),
+        _ => yes.as_bool().map(Truth::Bool),
+    };
+    truth.ok_or_else(|| {
+        bad_control(
+            name,
+            format!("{kind} {key}: true value {yes} is not of its type"),
+        )
+    })
 }
 
-fn parse_channels(key: &str, v: &str) -> Result<bool> {
-    PixelFormat::parse(v)
-        .map(|f| f == PixelFormat::Rgb)
-        .ok_or_else(|| bad(key, v, "\"RGB\" or \"BGR\""))
-}
-
-/// "320x240" -> (320, 240).
-fn parse_size(key: &str, v: &str) -> Result<(usize, usize)> {
-    let (w, h) = v
-        .trim()
-        .split_once(['x', 'X'])
-        .ok_or_else(|| bad(key, v, "WIDTHxHEIGHT"))?;
-    match (w.parse::<usize>(), h.parse::<usize>()) {
-        (Ok(w), Ok(h)) if w > 0 && h > 0 => Ok((w, h)),
-        _ => Err(bad(key, v, "WIDTHxHEIGHT")),
-    }
-}
-
-fn parse_positive<T: std::str::FromStr + PartialOrd + Default>(key: &str, v: &str) -> Result<T> {
-    match v.trim().parse::<T>() {
-        Ok(n) if n > T::default() => Ok(n),
-        _ => Err(bad(key, v, "a positive number")),
+/// Whether the CORRID tensor is TYPE_STRING (else an integer).
+fn corrid_is_string(name: &str, kind: &str, control: &Value) -> Result<bool> {
+    match control.get("data_type").and_then(Value::as_str) {
+        Some("TYPE_STRING") => Ok(true),
+        Some("TYPE_UINT64" | "TYPE_INT64" | "TYPE_UINT32" | "TYPE_INT32") => Ok(false),
+        other => Err(bad_control(
+            name,
+            format!(
+                "{kind} data_type {}; use TYPE_UINT64 or TYPE_STRING",
+                other.unwrap_or("missing")
+            ),
+        )),
     }
 }
 
 /// `parameters { key: "k" value: { string_value: "v" } }` as (k, v) pairs.
-fn parameters(config: &Value) -> Result<Vec<(String, String)>> {
+fn config_parameters(config: &Value) -> Result<Vec<(String, String)>> {
     let Some(map) = config.get("parameters").and_then(Value::as_object) else {
         return Ok(Vec::new());
     };
@@ -247,115 +229,96 @@ impl Settings {
     /// `model_dir` holds config.pbtxt; `version_dir` is the version folder
     /// that ONNX model paths are relative to.
     pub fn from_config(config: &Value, model_dir: &Path, version_dir: &Path) -> Result<Self> {
-        let mut s = Settings {
+        let mut draft = Draft {
+            settings: Settings::unset(version_dir),
+            limits: Limits {
+                max_sequences: 0,
+                max_frames: 0,
+                idle_timeout: Duration::from_micros(DEFAULT_IDLE_US),
+            },
+            model_dir,
+            version_dir,
+        };
+        for p in PARAMETERS {
+            if let parameters::Default::Value(v) = p.default {
+                p.apply(&mut draft, v)
+                    .map_err(|e| Error::internal(format!("default of {}", e.message())))?;
+            }
+        }
+        for (key, value) in config_parameters(config)? {
+            let p = parameters::find(&key)?;
+            p.apply(&mut draft, &value)?;
+            draft
+                .settings
+                .given
+                .push((p.name, value.trim().to_string()));
+        }
+        let Draft {
+            mut settings,
+            mut limits,
+            ..
+        } = draft;
+        settings.batched = config_u64(config, "", "max_batch_size")? > 0;
+        if let Some(batching) = config.get("sequence_batching") {
+            let key = "max_sequence_idle_microseconds";
+            // 0 (or absent) is Triton's "unset": its own default holds.
+            let idle = config_u64(batching, "sequence_batching.", key)?;
+            if idle > 0 {
+                limits.idle_timeout = Duration::from_micros(idle);
+            }
+            settings.sequence = Some(sequence_controls(batching, limits)?);
+        }
+        Ok(settings)
+    }
+
+    /// Before any parameter: the table's defaults overwrite every field that
+    /// a parameter sets, so the values here are placeholders.
+    fn unset(version_dir: &Path) -> Self {
+        Settings {
             engine: EngineKind::Dlib,
             detector: DetectorKind::Hog,
-            weights_dir: model_dir.join("weights"),
-            gallery_dir: model_dir.join("gallery"),
+            cnn_min_side: 0,
+            weights_dir: PathBuf::new(),
+            gallery_dir: PathBuf::new(),
             pixel_format: PixelFormat::Rgb,
             match_threshold: None,
-            max_image_pixels: 40_000_000,
-            max_faces_per_image: 64,
-            max_gallery_size: 10_000,
+            max_image_pixels: 0,
+            max_faces_per_image: 0,
+            max_gallery_size: 0,
             return_embeddings: false,
-            batched: config
-                .get("max_batch_size")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-                > 0,
+            batched: false,
             sequence: None,
             onnx: OnnxSettings::defaults(version_dir),
             min_compute_capability: Capability::DEFAULT_MIN,
-        };
-        let mut limits = Limits {
-            max_sequences: 1024,
-            max_frames: 1000,
-            idle_timeout: std::time::Duration::from_micros(DEFAULT_IDLE_US),
-        };
-        for (key, v) in parameters(config)? {
-            let value = v.trim();
-            match key.as_str() {
-                "engine" => {
-                    s.engine = match value.to_ascii_lowercase().as_str() {
-                        "dlib" => EngineKind::Dlib,
-                        "onnx" => EngineKind::Onnx,
-                        _ => return Err(bad(&key, value, "\"dlib\" or \"onnx\"")),
-                    }
-                }
-                "detector" => {
-                    s.detector = DetectorKind::parse(value)
-                        .ok_or_else(|| bad(&key, value, "\"hog\" or \"cnn\""))?
-                }
-                "weights_dir" => s.weights_dir = model_dir.join(value),
-                "gallery_dir" => s.gallery_dir = model_dir.join(value),
-                "pixel_format" => {
-                    s.pixel_format = PixelFormat::parse(value)
-                        .ok_or_else(|| bad(&key, value, "\"RGB\" or \"BGR\""))?
-                }
-                "match_threshold" => s.match_threshold = Some(parse_positive(&key, value)?),
-                "max_image_pixels" => s.max_image_pixels = parse_positive(&key, value)?,
-                "max_faces_per_image" => s.max_faces_per_image = parse_positive(&key, value)?,
-                "max_gallery_size" => s.max_gallery_size = parse_positive(&key, value)?,
-                "detector_model" => s.onnx.detector_model = version_dir.join(value),
-                "landmark_model" => s.onnx.landmark_model = Some(version_dir.join(value)),
-                "embedder_model" => s.onnx.embedder_model = version_dir.join(value),
-                "detector_family" => {
-                    if !value.eq_ignore_ascii_case("ultraface") {
-                        return Err(bad(
-                            &key,
-                            value,
-                            "\"ultraface\" (UltraFace / RFB detectors)",
-                        ));
-                    }
-                }
-                "detector_input_size" => s.onnx.detector_size = Some(parse_size(&key, value)?),
-                "detector_mean" => s.onnx.detector_norm.mean = parse_number(&key, value)?,
-                "detector_scale" => s.onnx.detector_norm.scale = parse_number(&key, value)?,
-                "detector_channels" => s.onnx.detector_norm.rgb = parse_channels(&key, value)?,
-                "detector_threshold" => s.onnx.score_threshold = parse_positive(&key, value)?,
-                "nms_iou" => s.onnx.nms_iou = parse_positive(&key, value)?,
-                "embedder_mean" => s.onnx.embedder_norm.mean = parse_number(&key, value)?,
-                "embedder_scale" => s.onnx.embedder_norm.scale = parse_number(&key, value)?,
-                "embedder_channels" => s.onnx.embedder_norm.rgb = parse_channels(&key, value)?,
-                "max_sequences" => limits.max_sequences = parse_positive(&key, value)?,
-                "max_frames_per_sequence" => limits.max_frames = parse_positive(&key, value)?,
-                "min_compute_capability" => {
-                    s.min_compute_capability = value
-                        .parse()
-                        .map_err(|()| bad(&key, value, "MAJOR.MINOR, e.g. \"6.0\""))?
-                }
-                "return_embeddings" => {
-                    s.return_embeddings = match value.to_ascii_lowercase().as_str() {
-                        "true" | "1" | "yes" => true,
-                        "false" | "0" | "no" => false,
-                        _ => return Err(bad(&key, value, "true or false")),
-                    }
-                }
-                _ => {
-                    let known: Vec<_> = PARAMETERS.iter().map(|(k, _)| *k).collect();
-                    return Err(Error::invalid(format!(
-                        "unknown model parameter `{key}`; known parameters: {}",
-                        known.join(", ")
-                    )));
-                }
-            }
+            given: Vec::new(),
         }
-        if let Some(batching) = config.get("sequence_batching") {
-            let idle = batching
-                .get("max_sequence_idle_microseconds")
-                .and_then(json_u64)
-                .filter(|us| *us > 0)
-                .unwrap_or(DEFAULT_IDLE_US);
-            limits.idle_timeout = std::time::Duration::from_micros(idle);
-            s.sequence = Some(sequence_controls(batching, limits)?);
-        }
-        Ok(s)
+    }
+
+    /// Every parameter's value, `(default)` marking those the config does
+    /// not set: `engine=onnx; detector=hog (default); ...`.
+    pub fn describe_parameters(&self) -> String {
+        let values: Vec<String> = PARAMETERS
+            .iter()
+            .map(
+                |p| match self.given.iter().find(|(name, _)| *name == p.name) {
+                    Some((_, value)) => format!("{}={value}", p.name),
+                    None => {
+                        let (parameters::Default::Value(v) | parameters::Default::Unset(v)) =
+                            p.default;
+                        format!("{}={} (default)", p.name, v.replace('`', ""))
+                    }
+                },
+            )
+            .collect();
+        values.join("; ")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::parameters::Kind;
+    use crate::error::ErrorKind;
     use serde_json::json;
 
     fn params(pairs: &[(&str, &str)]) -> Value {
@@ -366,15 +329,41 @@ mod tests {
         json!({ "max_batch_size": 8, "parameters": p })
     }
 
+    fn load(config: &Value) -> Result<Settings> {
+        Settings::from_config(config, Path::new("/m"), Path::new("/m/1"))
+    }
+
     #[test]
     fn defaults() {
-        let s = Settings::from_config(&json!({}), Path::new("/m"), Path::new("/m/1")).unwrap();
+        let s = load(&json!({})).unwrap();
+        assert_eq!(s.engine, EngineKind::Dlib);
+        assert_eq!(s.detector, DetectorKind::Hog);
+        assert_eq!(s.cnn_min_side, 32);
         assert_eq!(s.weights_dir, Path::new("/m/weights"));
         assert_eq!(s.gallery_dir, Path::new("/m/gallery"));
-        assert_eq!(s.detector, DetectorKind::Hog);
-        assert_eq!(s.max_image_pixels, 40_000_000);
-        assert!(!s.batched);
+        assert_eq!(s.pixel_format, PixelFormat::Rgb);
         assert!(s.match_threshold.is_none());
+        assert_eq!(s.max_image_pixels, 40_000_000);
+        assert_eq!(s.max_faces_per_image, 64);
+        assert_eq!(s.max_gallery_size, 10_000);
+        assert!(!s.return_embeddings && !s.batched && s.sequence.is_none());
+        assert_eq!(s.min_compute_capability, Capability::DEFAULT_MIN);
+        // The ONNX engine's own defaults and the table's agree.
+        assert_eq!(s.onnx, OnnxSettings::defaults(Path::new("/m/1")));
+    }
+
+    #[test]
+    fn described_parameters_mark_defaults() {
+        let s = load(&params(&[("detector", " cnn "), ("max_sequences", "7")])).unwrap();
+        let text = s.describe_parameters();
+        assert!(
+            text.starts_with("engine=dlib (default); detector=cnn; "),
+            "{text}"
+        );
+        assert!(text.contains("; max_sequences=7; "), "{text}");
+        assert!(text.contains("; landmark_model=none (default); "), "{text}");
+        assert!(text.contains("match_threshold=the engine's: 0.6 (dlib), 0.5 (onnx) (default)"));
+        assert_eq!(text.matches(" (default)").count(), PARAMETERS.len() - 2);
     }
 
     #[test]
@@ -492,6 +481,49 @@ mod tests {
         assert_eq!(at("8"), "8.0");
     }
 
+    /// A value that is not of `kind`, and one that is.
+    fn bad_and_good(kind: Kind) -> (&'static str, &'static str) {
+        match kind {
+            Kind::Choice(words) => ("magic", words[0]),
+            Kind::PositiveInteger => ("0", "12"),
+            Kind::UnsignedInteger => ("-1", "0"),
+            Kind::PositiveNumber => ("0", "0.25"),
+            Kind::Number => ("lots", "-1.5"),
+            Kind::Bool => ("maybe", "no"),
+            Kind::Path => ("", "a/b"),
+            Kind::Size => ("640x", "640x480"),
+            Kind::Version => ("pascal", "7.5"),
+        }
+    }
+
+    #[test]
+    fn every_parameter_refuses_a_bad_value_naming_it() {
+        for p in PARAMETERS {
+            let (bad, good) = bad_and_good(p.kind);
+            let e = load(&params(&[(p.name, bad)])).unwrap_err();
+            assert!(
+                e.message().contains(&format!("`{}`", p.name)),
+                "{}: {e}",
+                p.name
+            );
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{}", p.name);
+            load(&params(&[(p.name, good)])).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        }
+    }
+
+    #[test]
+    fn choices_are_accepted_in_any_case() {
+        for p in PARAMETERS {
+            if let Kind::Choice(words) = p.kind {
+                for word in words {
+                    for v in [word.to_string(), word.to_ascii_uppercase()] {
+                        load(&params(&[(p.name, v.as_str())])).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_values_name_the_parameter() {
         for (k, v) in [
@@ -503,12 +535,118 @@ mod tests {
             ("pixel_format", "RGBA"),
             ("engine", "magic"),
             ("min_compute_capability", "pascal"),
+            ("cnn_min_side", "4294967296"),
+            ("weights_dir", "  "),
+            ("detector_input_size", "0x240"),
+            ("detector_mean", "inf"),
             ("colour", "red"),
         ] {
-            let e = Settings::from_config(&params(&[(k, v)]), Path::new("/m"), Path::new("/m/1"))
-                .unwrap_err();
+            let e = load(&params(&[(k, v)])).unwrap_err();
             assert!(e.message().contains(k), "{k}: {e}");
-            assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput);
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
         }
+        let e = load(&params(&[("colour", "red")])).unwrap_err();
+        assert!(
+            e.message()
+                .contains("known parameters: engine, detector, cnn_min_side"),
+            "{e}"
+        );
+    }
+
+    fn with_controls(controls: Value) -> Result<Settings> {
+        load(&json!({ "sequence_batching": { "control_input": controls } }))
+    }
+
+    #[test]
+    fn malformed_sequence_controls_fail_naming_the_control() {
+        let start = |control: Value| json!([{ "name": "START", "control": [control] }]);
+        for (controls, says) in [
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, "one"] })),
+                "START",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 5e9] })),
+                "START",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START", "fp32_false_true": [0.0, true] })),
+                "fp32_false_true",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START", "bool_false_true": [false, 1] })),
+                "bool_false_true",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START", "int32_false_true": [1] })),
+                "[false, true]",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_START" })),
+                "needs exactly one",
+            ),
+            (
+                start(
+                    json!({ "kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1], "bool_false_true": [false, true] }),
+                ),
+                "needs exactly one",
+            ),
+            (start(json!({ "int32_false_true": [0, 1] })), "has no kind"),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_LATER", "int32_false_true": [0, 1] })),
+                "unknown kind",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_CORRID" })),
+                "data_type missing",
+            ),
+            (
+                start(json!({ "kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_FP32" })),
+                "TYPE_FP32",
+            ),
+            (json!([{ "name": "START" }]), "no control list"),
+            (json!([{ "control": [] }]), "has no name"),
+            (json!({ "name": "START" }), "not a list"),
+        ] {
+            let e = with_controls(controls.clone()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.message().contains(says), "{controls}: {e}");
+            if says != "has no name" && says != "not a list" {
+                assert!(e.message().contains("`START`"), "{controls}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_batching_numbers_fail() {
+        let e = load(&json!({ "max_batch_size": "eight" })).unwrap_err();
+        assert!(e.message().contains("max_batch_size"), "{e}");
+        let config = json!({ "sequence_batching": { "max_sequence_idle_microseconds": -3 } });
+        let e = load(&config).unwrap_err();
+        assert!(
+            e.message().contains("max_sequence_idle_microseconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn triton_prints_unused_pairs_empty() {
+        // As the server's config JSON has them: every field present.
+        let control = |kind: &str, int32: Value, fp32: Value, data_type: &str| {
+            json!({ "kind": kind, "int32_false_true": int32, "fp32_false_true": fp32,
+                    "bool_false_true": [], "data_type": data_type })
+        };
+        let s = with_controls(json!([
+            { "name": "START", "control": [control("CONTROL_SEQUENCE_START", json!([]), json!([0.0, 2.5]), "TYPE_INVALID")] },
+            { "name": "CORRID", "control": [control("CONTROL_SEQUENCE_CORRID", json!([]), json!([]), "TYPE_UINT64")] }
+        ]))
+        .unwrap();
+        let q = s.sequence.unwrap();
+        assert_eq!(q.start.unwrap().truth, Truth::Fp32(2.5));
+        assert_eq!(q.corrid, Some(("CORRID".into(), false)));
+        assert_eq!(
+            q.limits.idle_timeout,
+            Duration::from_micros(DEFAULT_IDLE_US)
+        );
     }
 }

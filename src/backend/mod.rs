@@ -13,6 +13,7 @@ pub mod execute;
 pub mod instance;
 pub mod job;
 pub mod model;
+pub mod parameters;
 pub mod tensors;
 
 use crate::error::Result;

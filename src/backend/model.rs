@@ -52,6 +52,10 @@ impl ModelState {
         let config = model.config_json()?;
         let version_dir = dir.join(model.version()?.to_string());
         let settings = Settings::from_config(&config, &dir, &version_dir)?;
+        log::info(&format!(
+            "model '{name}' parameters: {}",
+            settings.describe_parameters()
+        ));
         // Loading an engine here also proves the weights are usable before any
         // instance starts; it then embeds the gallery images and is dropped.
         let mut engine = new_engine(&settings)?;

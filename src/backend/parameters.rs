@@ -1,0 +1,478 @@
+//! Every model parameter declared once: name, type, default, meaning and how
+//! its value is applied. Parsing (`config.rs`), the load-time log line and
+//! README's parameter tables all come from `PARAMETERS`.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use crate::backend::config::{EngineKind, Settings};
+use crate::engine::dlib::DetectorKind;
+use crate::error::{Error, Result};
+use crate::pipeline::image::PixelFormat;
+use crate::sequence::Limits;
+
+/// What a value must look like; shown in README's type column and in the
+/// error for a bad value, so both always say the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One of these words, in any case.
+    Choice(&'static [&'static str]),
+    PositiveInteger,
+    UnsignedInteger,
+    PositiveNumber,
+    Number,
+    Bool,
+    /// Relative to a folder named in the meaning, or absolute.
+    Path,
+    /// `WIDTHxHEIGHT`.
+    Size,
+    /// `MAJOR.MINOR`.
+    Version,
+}
+
+impl Kind {
+    /// `quote` wraps the words of a choice: "`" for README, "\"" for errors.
+    pub fn describe(&self, quote: &str) -> String {
+        match self {
+            Kind::Choice(words) => {
+                let words: Vec<_> = words.iter().map(|w| format!("{quote}{w}{quote}")).collect();
+                words.join(" or ")
+            }
+            Kind::PositiveInteger => "positive integer".into(),
+            Kind::UnsignedInteger => "unsigned integer".into(),
+            Kind::PositiveNumber => "positive number".into(),
+            Kind::Number => "number".into(),
+            Kind::Bool => format!("{quote}true{quote} or {quote}false{quote}"),
+            Kind::Path => "path".into(),
+            Kind::Size => "WIDTHxHEIGHT".into(),
+            Kind::Version => "MAJOR.MINOR".into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Default {
+    /// Applied at every load, exactly like a configured value.
+    Value(&'static str),
+    /// Nothing is applied; the text (markdown) says what holds instead.
+    Unset(&'static str),
+}
+
+/// README has one table for each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    General,
+    Onnx,
+}
+
+/// Settings under construction, and what relative paths are relative to.
+pub(crate) struct Draft<'a> {
+    pub settings: Settings,
+    pub limits: Limits,
+    pub model_dir: &'a Path,
+    pub version_dir: &'a Path,
+}
+
+/// Stores a trimmed value; `None` when it is not of the parameter's kind.
+type Apply = fn(&mut Draft<'_>, &str) -> Option<()>;
+
+pub struct Parameter {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: Default,
+    /// One sentence (markdown), README's meaning column.
+    pub meaning: &'static str,
+    pub section: Section,
+    apply: Apply,
+}
+
+impl Parameter {
+    /// Apply `value` (from the config or the default), or fail naming the parameter.
+    pub(crate) fn apply(&self, draft: &mut Draft<'_>, value: &str) -> Result<()> {
+        (self.apply)(draft, value.trim()).ok_or_else(|| {
+            Error::invalid(format!(
+                "model parameter `{}` = {value:?} is invalid: expected {}",
+                self.name,
+                self.kind.describe("\"")
+            ))
+        })
+    }
+}
+
+/// The parameter called `name`, or an error listing the known ones.
+pub fn find(name: &str) -> Result<&'static Parameter> {
+    PARAMETERS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<_> = PARAMETERS.iter().map(|p| p.name).collect();
+        Error::invalid(format!(
+            "unknown model parameter `{name}`; known parameters: {}",
+            known.join(", ")
+        ))
+    })
+}
+
+fn positive<T: FromStr + PartialOrd + std::default::Default>(v: &str) -> Option<T> {
+    v.parse().ok().filter(|n| *n > T::default())
+}
+
+fn unsigned<T: FromStr>(v: &str) -> Option<T> {
+    // FromStr of unsigned types accepts "+5" and refuses "-5".
+    v.parse().ok()
+}
+
+fn number(v: &str) -> Option<f32> {
+    v.parse::<f32>().ok().filter(|n| n.is_finite())
+}
+
+fn flag(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Some(true),
+        "false" | "0" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+/// A non-empty path, joined to `dir` (an absolute path replaces it).
+fn path(dir: &Path, v: &str) -> Option<std::path::PathBuf> {
+    (!v.is_empty()).then(|| dir.join(v))
+}
+
+/// "320x240" -> (320, 240).
+fn size(v: &str) -> Option<(usize, usize)> {
+    let (w, h) = v.split_once(['x', 'X'])?;
+    Some((positive(w)?, positive(h)?))
+}
+
+fn engine(v: &str) -> Option<EngineKind> {
+    match v.to_ascii_lowercase().as_str() {
+        "dlib" => Some(EngineKind::Dlib),
+        "onnx" => Some(EngineKind::Onnx),
+        _ => None,
+    }
+}
+
+/// "RGB" -> true, "BGR" -> false.
+fn rgb(v: &str) -> Option<bool> {
+    PixelFormat::parse(v).map(|f| f == PixelFormat::Rgb)
+}
+
+const RGB_BGR: Kind = Kind::Choice(&["RGB", "BGR"]);
+
+/// In README's order. Defaults are applied through `apply` at every load, so
+/// each is stated here only.
+pub static PARAMETERS: &[Parameter] = &[
+    Parameter {
+        name: "engine",
+        kind: Kind::Choice(&["dlib", "onnx"]),
+        default: Default::Value("dlib"),
+        meaning: "face engine (see [ONNX engine](#onnx-engine))",
+        section: Section::General,
+        apply: |d, v| engine(v).map(|e| d.settings.engine = e),
+    },
+    Parameter {
+        name: "detector",
+        kind: Kind::Choice(&["hog", "cnn"]),
+        default: Default::Value("hog"),
+        meaning:
+            "dlib detector: `hog` (fast, frontal) or `cnn` (dlib MMOD, slower on CPU, more poses)",
+        section: Section::General,
+        apply: |d, v| DetectorKind::parse(v).map(|k| d.settings.detector = k),
+    },
+    Parameter {
+        name: "cnn_min_side",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("32"),
+        meaning: "dlib CNN detector: an image with a side shorter than this gets no faces without \
+                  running the network; `0` runs it on every image",
+        section: Section::General,
+        apply: |d, v| unsigned(v).map(|n| d.settings.cnn_min_side = n),
+    },
+    Parameter {
+        name: "weights_dir",
+        kind: Kind::Path,
+        default: Default::Value("weights"),
+        meaning: "folder with the dlib `.dat` files, relative to the model folder",
+        section: Section::General,
+        apply: |d, v| path(d.model_dir, v).map(|p| d.settings.weights_dir = p),
+    },
+    Parameter {
+        name: "gallery_dir",
+        kind: Kind::Path,
+        default: Default::Value("gallery"),
+        meaning: "gallery folder, relative to the model folder",
+        section: Section::General,
+        apply: |d, v| path(d.model_dir, v).map(|p| d.settings.gallery_dir = p),
+    },
+    Parameter {
+        name: "pixel_format",
+        kind: RGB_BGR,
+        default: Default::Value("RGB"),
+        meaning: "channel order of `IMAGE`",
+        section: Section::General,
+        apply: |d, v| PixelFormat::parse(v).map(|f| d.settings.pixel_format = f),
+    },
+    Parameter {
+        name: "match_threshold",
+        kind: Kind::PositiveNumber,
+        default: Default::Unset("the engine's: `0.6` (dlib), `0.5` (onnx)"),
+        meaning: "same-person distance: Euclidean (dlib), 1 − cosine (onnx)",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|t| d.settings.match_threshold = Some(t)),
+    },
+    Parameter {
+        name: "max_image_pixels",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("40000000"),
+        meaning: "larger images are refused (checked from the header before decoding)",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.settings.max_image_pixels = n),
+    },
+    Parameter {
+        name: "max_faces_per_image",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("64"),
+        meaning: "more faces in one image is an error for that request",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.settings.max_faces_per_image = n),
+    },
+    Parameter {
+        name: "max_gallery_size",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("10000"),
+        meaning: "enrollments beyond it are refused",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.settings.max_gallery_size = n),
+    },
+    Parameter {
+        name: "return_embeddings",
+        kind: Kind::Bool,
+        default: Default::Value("false"),
+        meaning: "add each face's embedding to the JSON",
+        section: Section::General,
+        apply: |d, v| flag(v).map(|b| d.settings.return_embeddings = b),
+    },
+    Parameter {
+        name: "max_sequences",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1024"),
+        meaning: "sequence models: live sequences; a START beyond it is `UNAVAILABLE`",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.limits.max_sequences = n),
+    },
+    Parameter {
+        name: "max_frames_per_sequence",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1000"),
+        meaning: "sequence models: frames a summary keeps",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.limits.max_frames = n),
+    },
+    Parameter {
+        name: "min_compute_capability",
+        kind: Kind::Version,
+        default: Default::Value("6.0"),
+        meaning: "`KIND_GPU` instances refuse devices below it",
+        section: Section::General,
+        apply: |d, v| {
+            v.parse()
+                .ok()
+                .map(|c| d.settings.min_compute_capability = c)
+        },
+    },
+    Parameter {
+        name: "detector_model",
+        kind: Kind::Path,
+        default: Default::Value("detector.onnx"),
+        meaning: "face detector, relative to the version folder (`1/`)",
+        section: Section::Onnx,
+        apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.detector_model = p),
+    },
+    Parameter {
+        name: "detector_family",
+        kind: Kind::Choice(&["ultraface"]),
+        default: Default::Value("ultraface"),
+        meaning: "output layout: UltraFace / RFB — scores `[1,N,2]`, boxes `[1,N,4]` \
+                  (corner form, 0..1)",
+        section: Section::Onnx,
+        // The only family so far: nothing to store.
+        apply: |_, v| v.eq_ignore_ascii_case("ultraface").then_some(()),
+    },
+    Parameter {
+        name: "detector_input_size",
+        kind: Kind::Size,
+        default: Default::Unset("the model's"),
+        meaning: "detector input, for detectors with a free input size",
+        section: Section::Onnx,
+        apply: |d, v| size(v).map(|s| d.settings.onnx.detector_size = Some(s)),
+    },
+    Parameter {
+        name: "detector_mean",
+        kind: Kind::Number,
+        default: Default::Value("127"),
+        meaning: "detector input = (pixel − mean) × scale",
+        section: Section::Onnx,
+        apply: |d, v| number(v).map(|n| d.settings.onnx.detector_norm.mean = n),
+    },
+    Parameter {
+        name: "detector_scale",
+        kind: Kind::Number,
+        default: Default::Value("0.0078125"),
+        meaning: "see `detector_mean`",
+        section: Section::Onnx,
+        apply: |d, v| number(v).map(|n| d.settings.onnx.detector_norm.scale = n),
+    },
+    Parameter {
+        name: "detector_channels",
+        kind: RGB_BGR,
+        default: Default::Value("RGB"),
+        meaning: "channel order the detector expects",
+        section: Section::Onnx,
+        apply: |d, v| rgb(v).map(|b| d.settings.onnx.detector_norm.rgb = b),
+    },
+    Parameter {
+        name: "detector_threshold",
+        kind: Kind::PositiveNumber,
+        default: Default::Value("0.7"),
+        meaning: "minimum face score",
+        section: Section::Onnx,
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.score_threshold = n),
+    },
+    Parameter {
+        name: "nms_iou",
+        kind: Kind::PositiveNumber,
+        default: Default::Value("0.3"),
+        meaning: "non-maximum suppression overlap",
+        section: Section::Onnx,
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.nms_iou = n),
+    },
+    Parameter {
+        name: "landmark_model",
+        kind: Kind::Path,
+        default: Default::Unset("none"),
+        meaning: "68-point model (grey 64×64 crop of the box, /256); required with `ultraface`, \
+                  which gives no landmarks",
+        section: Section::Onnx,
+        apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.landmark_model = Some(p)),
+    },
+    Parameter {
+        name: "embedder_model",
+        kind: Kind::Path,
+        default: Default::Value("embedder.onnx"),
+        meaning: "face embedder on a 112×112 face (any N-d output)",
+        section: Section::Onnx,
+        apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.embedder_model = p),
+    },
+    Parameter {
+        name: "embedder_mean",
+        kind: Kind::Number,
+        default: Default::Value("127"),
+        meaning: "as `detector_mean`, for the embedder",
+        section: Section::Onnx,
+        apply: |d, v| number(v).map(|n| d.settings.onnx.embedder_norm.mean = n),
+    },
+    Parameter {
+        name: "embedder_scale",
+        kind: Kind::Number,
+        default: Default::Value("0.0078125"),
+        meaning: "as `detector_scale`, for the embedder",
+        section: Section::Onnx,
+        apply: |d, v| number(v).map(|n| d.settings.onnx.embedder_norm.scale = n),
+    },
+    Parameter {
+        name: "embedder_channels",
+        kind: RGB_BGR,
+        default: Default::Value("BGR"),
+        meaning: "channel order the embedder expects",
+        section: Section::Onnx,
+        apply: |d, v| rgb(v).map(|b| d.settings.onnx.embedder_norm.rgb = b),
+    },
+];
+
+/// README's table of one section: `| key | type | default | meaning |`.
+pub fn markdown_table(section: Section) -> String {
+    let mut out = String::from("| key | type | default | meaning |\n|---|---|---|---|\n");
+    for p in PARAMETERS.iter().filter(|p| p.section == section) {
+        let default = match p.default {
+            Default::Value(v) => format!("`{v}`"),
+            Default::Unset(text) => text.to_string(),
+        };
+        out += &format!(
+            "| `{}` | {} | {default} | {} |\n",
+            p.name,
+            p.kind.describe("`"),
+            p.meaning
+        );
+    }
+    out
+}
+
+const SECTIONS: [(Section, &str); 2] = [(Section::General, "general"), (Section::Onnx, "onnx")];
+
+/// `readme` with the text between each section's markers
+/// (`<!-- parameters:general:begin -->` ... `<!-- parameters:general:end -->`)
+/// replaced by that section's table; an error when a marker is missing.
+pub fn readme_with_tables(readme: &str) -> Result<String, String> {
+    let mut out = readme.to_string();
+    for (section, tag) in SECTIONS {
+        let begin = format!("<!-- parameters:{tag}:begin -->\n");
+        let end = format!("<!-- parameters:{tag}:end -->");
+        let start = out
+            .find(&begin)
+            .ok_or_else(|| format!("no line {begin:?}"))?
+            + begin.len();
+        let stop = start
+            + out[start..]
+                .find(&end)
+                .ok_or_else(|| format!("no {end:?} after {begin:?}"))?;
+        out.replace_range(start..stop, &markdown_table(section));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_meanings_fit_a_table_cell() {
+        for (i, p) in PARAMETERS.iter().enumerate() {
+            assert!(
+                PARAMETERS[..i].iter().all(|q| q.name != p.name),
+                "{} twice",
+                p.name
+            );
+            // A `|` or a line break would split README's row.
+            for text in [p.meaning, p.kind.describe("`").as_str()] {
+                assert!(!text.contains(['|', '\n']), "{}: {text:?}", p.name);
+            }
+        }
+    }
+
+    #[test]
+    fn readme_tables_match_the_parameters() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(&path).unwrap();
+        let expected = readme_with_tables(&readme).unwrap_or_else(|e| panic!("README.md: {e}"));
+        assert!(
+            readme == expected,
+            "README.md's parameter tables differ from PARAMETERS in src/backend/parameters.rs; \
+             regenerate them with `cargo run --release --example parameter_table`.\n\
+             Expected:\n{}\n{}",
+            markdown_table(Section::General),
+            markdown_table(Section::Onnx)
+        );
+    }
+
+    #[test]
+    fn readme_markers_are_required() {
+        let e = readme_with_tables("# no tables\n").unwrap_err();
+        assert!(e.contains("parameters:general:begin"), "{e}");
+        let once = readme_with_tables(
+            "a\n<!-- parameters:general:begin -->\nSTALE\n<!-- parameters:general:end -->\nb\n\
+             <!-- parameters:onnx:begin -->\n<!-- parameters:onnx:end -->\n",
+        )
+        .unwrap();
+        assert!(!once.contains("STALE") && once.contains("| `engine` |"));
+        assert!(once.contains("| `embedder_model` |"));
+        assert_eq!(readme_with_tables(&once).unwrap(), once);
+    }
+}
