@@ -2,17 +2,20 @@
 # Installs everything triton-face needs on a Debian 12 (x86_64) machine:
 #   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang)
 #   2. .venv with the real tritonserver (nvidia-pytriton), Triton clients, pytest, ...
-#   3. assets/: dlib weights, test photos, perf_analyzer (all from package registries)
+#   3. assets/: dlib weights, test photos, ONNX models, perf_analyzer, as listed in
+#      scripts/assets.tsv (package, path inside it, sha256; all from package registries;
+#      Debian's npm is installed when npm is missing)
 #   4. model_repository/<model>/{weights,gallery} for the sample models
 #   5. assets/env.sh with absolute paths, for other scripts to source
 #   6. checks that cargo is available
-# Idempotent: each step is skipped when its outputs already exist, so a second run
-# takes a few seconds. Full command output goes to assets/logs/setup-*.log.
+# Idempotent: each step is skipped when its outputs already exist (assets: when their
+# sha256 matches; a wrong file is fetched again), so a second run takes a few seconds. Full command output goes to assets/logs/setup-*.log.
 #
 # Usage: scripts/setup.sh            (from any directory)
 # Environment:
 #   SETUP_SKIP_APT=1     skip the Debian package step (e.g. no root and no sudo)
 #   SETUP_PYTHON=PATH    interpreter used to create .venv (default: python3)
+#   SETUP_ANY_ARCH=1     go on (untested) on a machine that is not x86_64
 set -euo pipefail
 
 LOG_TAG=setup
@@ -29,6 +32,15 @@ case "${1:-}" in
     *) die "unknown argument: $1 (try --help)" ;;
 esac
 
+# The registry builds this set-up uses are x86_64 ones: perf_analyzer (tritonclient 2.51.0
+# manylinux1_x86_64 wheel) and the bundled tritonserver (nvidia-pytriton 0.7.0 wheel).
+ARCH="$(uname -m)"
+if [ "$ARCH" != x86_64 ]; then
+    why="this machine is $ARCH, but setup.sh installs x86_64 builds: perf_analyzer (PyPI wheel tritonclient==2.51.0, manylinux1_x86_64) and tritonserver (PyPI wheel nvidia-pytriton==0.7.0); only x86_64 Debian 12 is tested"
+    [ "${SETUP_ANY_ARCH:-0}" = 1 ] || die "$why. Stopping. (SETUP_ANY_ARCH=1 goes on anyway, untested.)"
+    warn "$why. Going on because SETUP_ANY_ARCH=1; expect perf_analyzer (and maybe tritonserver) to fail."
+fi
+
 ASSETS="$REPO_ROOT/assets"
 LOGS="$ASSETS/logs"
 VENV="$REPO_ROOT/.venv"
@@ -38,48 +50,12 @@ mkdir -p "$LOGS"
 
 APT_PACKAGES=(libclang-dev clang libopencv-dev libdlib-dev libopenblas-dev pkg-config python3-venv)
 
-# Files taken from registry packages, checked after extraction.
-declare -A SHA256=(
-    [dlib_face_recognition_resnet_model_v1.dat]=55533b28a95800a551ba546ba62fe69625c7e95a7061c338adffead08719da30
-    [shape_predictor_5_face_landmarks.dat]=c4b1e9804792707d3a405c2c16a80a20269e6675021f64a41d30fffafbc41888
-    [mmod_human_face_detector.dat]=4cb19393e2fbaf2b1609a9319ad5386618c886a6234ec1b971f3e87c85d87fe6
-    [obama.jpg]=0930e3aa8cae5920329c0c8cbc6a2ab70f47b0e67b432875beaa95cbf7e741f6
-    [obama2.jpg]=a7efcc907375274796f39646510704aa86672d59f6d5469d69af3c85590976a6
-    [obama3.jpg]=76ac6bf97c36dc2da0ad16a537d6a5ac1b10f48d49aac29a0cca9a17cdbc3ca3
-    [biden.jpg]=3c17508bb91554c637a2eabddfae790e5bb1caba93130814fc2ac50be9760c4c
-    [obama_partial_face.jpg]=c2d1f09e7ef3042352b41e41286e6eb0522f64f88308be13886991b95db52117
-    [obama_partial_face2.jpg]=9a812347f97633542b8cd9992de22def11b74f79d82056bc3ee830f13878e028
-    [32bit.png]=44dca895a7d635a4aedddd91a4f37af9a8a5b44e66154282a24645a757b5f627
-    [coffee.png]=cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7
-    [fr_detect.onnx]=6c0256ccd3164f844736a401faf936ec2930764a87ae39442180887d0c5c8854
-    [fr_landmark.onnx]=f10b0ba1d2a8a099adefede1ebf3733e44fe370715e7303dbeb7f59c02142258
-    [fr_feature.onnx]=87aacdfe57510db2af90c0251df680e8eec88f122ee94712121d09bcaaaf3581
-    [perf_analyzer]=a8e3fa6d2fcd535770f18fa3c9baf21aee85697352637d24c6b2818401c95a34
-)
-DLIB_FILES=(dlib_face_recognition_resnet_model_v1.dat shape_predictor_5_face_landmarks.dat mmod_human_face_detector.dat)
-ONNX_FILES=(fr_detect.onnx fr_landmark.onnx fr_feature.onnx)
-PHOTO_FILES=(obama.jpg obama2.jpg obama3.jpg biden.jpg obama_partial_face.jpg obama_partial_face2.jpg 32bit.png)
-
 T0=$SECONDS
 TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-setup.XXXXXX")"
 trap 'rm -rf "$TMP_ROOT"' EXIT
 
 # A fresh scratch directory for one step (removed at exit at the latest).
 scratch() { mktemp -d "$TMP_ROOT/step.XXXXXX"; }
-
-# check_sha FILE NAME: FILE must have the recorded hash of NAME.
-check_sha() {
-    local want=${SHA256[$2]}
-    local got
-    got="$(sha256sum "$1" | cut -d' ' -f1)"
-    [ "$got" = "$want" ] || die "checksum mismatch for $2: got $got, expected $want"
-}
-
-all_exist() {
-    local dir=$1 f
-    shift
-    for f in "$@"; do [ -s "$dir/$f" ] || return 1; done
-}
 
 # Write stdin to FILE only if the content differs; returns 0 if it changed.
 write_if_changed() {
@@ -94,13 +70,26 @@ write_if_changed() {
     mv -f "$tmp" "$file"
 }
 
-# Python snippets run with the venv's interpreter (Pillow, zipfile).
-py_unzip='import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-with open(sys.argv[3], "wb") as f:
-    f.write(z.read(sys.argv[2]))'
-
 # ---------------------------------------------------------------------------
+# apt_install PACKAGE...: install Debian packages (with sudo when not root).
+apt_install() {
+    if [ "${SETUP_SKIP_APT:-0}" = 1 ]; then
+        die "apt: SETUP_SKIP_APT=1 but these are needed: $* (install them, or unset SETUP_SKIP_APT)"
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || die "apt: not root and no sudo; install as root: apt-get install $* (or set SETUP_SKIP_APT=1)"
+        sudo=(sudo)
+        sudo -v || die "apt: sudo failed"
+    fi
+    local logf="$LOGS/setup-apt.log"
+    log "apt: installing $* (log: ${logf#"$REPO_ROOT"/})"
+    run_logged "$logf" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    run_logged "$logf" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "$@"
+    log "apt: done"
+}
+
 step_apt() {
     local missing=() p
     for p in "${APT_PACKAGES[@]}"; do
@@ -116,19 +105,7 @@ step_apt() {
         warn "apt: SETUP_SKIP_APT=1 but missing: ${missing[*]}"
         return
     fi
-    local sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null || die "apt: not root and no sudo; install as root: apt-get install ${missing[*]} (or set SETUP_SKIP_APT=1)"
-        sudo=(sudo)
-        sudo -v || die "apt: sudo failed"
-    fi
-    local logf="$LOGS/setup-apt.log"
-    : >"$logf"
-    log "apt: installing ${missing[*]} (log: ${logf#"$REPO_ROOT"/}; ~1.5 min)"
-    run_logged "$logf" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-    run_logged "$logf" "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
-    log "apt: done"
+    apt_install "${missing[@]}"
 }
 
 # ---------------------------------------------------------------------------
@@ -185,141 +162,192 @@ step_venv() {
 }
 
 # ---------------------------------------------------------------------------
-step_dlib() {
-    local dest="$ASSETS/dlib" logf="$LOGS/setup-assets.log"
-    if all_exist "$dest" "${DLIB_FILES[@]}"; then
-        log "assets: dlib weights present (skip)"
-        return
-    fi
-    log "assets: dlib weights from PyPI sdist face-recognition-models==0.3.0 (100 MB download)"
-    local tmp f
-    tmp="$(scratch)"
-    run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --no-binary :all: \
-        face-recognition-models==0.3.0 -d "$tmp/dl"
-    mkdir -p "$tmp/x"
-    local patterns=()
-    for f in "${DLIB_FILES[@]}"; do patterns+=("*/models/$f"); done
-    run_logged "$logf" tar -xzf "$tmp/dl/face_recognition_models-0.3.0.tar.gz" -C "$tmp/x" \
-        --no-same-owner --strip-components=3 --wildcards "${patterns[@]}"
-    rm -rf "$tmp/dl" # the 100 MB sdist
-    mkdir -p "$dest"
-    for f in "${DLIB_FILES[@]}"; do
-        check_sha "$tmp/x/$f" "$f"
-        chmod 644 "$tmp/x/$f"
-        mv -f "$tmp/x/$f" "$dest/$f"
-    done
-    rm -rf "$tmp"
-    log "assets: dlib weights -> assets/dlib/"
+# Registry assets: scripts/assets.tsv lists every file (target, mode, sha256, source package,
+# path inside it, symlinks). A file is kept only when its checksum matches; otherwise each
+# source package holding a missing or wrong file is downloaded once, the files are taken from
+# it and checked, and a mismatch after the download fails the set-up.
+MANIFEST="$REPO_ROOT/scripts/assets.tsv"
+M_TARGET=() M_MODE=() M_SHA=() M_SOURCE=() M_MEMBER=() M_LINKS=()
+
+read_manifest() {
+    local target mode sha source member links extra n=0
+    while IFS=$'\t' read -r target mode sha source member links extra || [ -n "$target" ]; do
+        n=$((n + 1))
+        case $target in '' | '#'*) continue ;; esac
+        if [ -z "$links" ] || [ -n "$extra" ]; then
+            die "assets: ${MANIFEST#"$REPO_ROOT"/} line $n: expected 6 TAB-separated fields"
+        fi
+        case $sha in
+            - | [0-9a-f][0-9a-f]*) ;;
+            *) die "assets: ${MANIFEST#"$REPO_ROOT"/} line $n: bad sha256 '$sha'" ;;
+        esac
+        M_TARGET+=("$target") M_MODE+=("$mode") M_SHA+=("$sha") M_SOURCE+=("$source")
+        M_MEMBER+=("$member") M_LINKS+=("$links")
+    done <"$MANIFEST"
+    [ ${#M_TARGET[@]} -gt 0 ] || die "assets: ${MANIFEST#"$REPO_ROOT"/} lists no asset"
 }
 
-# ONNX test models (UltraFace RFB-320 detector, 68-point landmarks, 512-d
-# embedder) from the npm package faceplugin-face-recognition-js (stated MIT;
-# the weights' origin is unclear: for tests and the sample model only).
-step_onnx() {
-    local dest="$ASSETS/onnx" logf="$LOGS/setup-assets.log" tmp f
-    if all_exist "$dest" "${ONNX_FILES[@]}"; then
-        log "assets: ONNX models present (skip)"
-        return
-    fi
-    command -v npm >/dev/null || die "assets: npm is needed for the ONNX test models (apt-get install -y npm)"
-    log "assets: ONNX models from npm package faceplugin-face-recognition-js@0.0.1 (41 MB download)"
-    tmp="$(scratch)"
-    (cd "$tmp" && run_logged "$logf" npm pack --silent faceplugin-face-recognition-js@0.0.1)
-    mkdir -p "$tmp/x" "$dest"
-    local members=()
-    for f in "${ONNX_FILES[@]}"; do members+=("package/model/$f"); done
-    run_logged "$logf" tar -xzf "$tmp/faceplugin-face-recognition-js-0.0.1.tgz" -C "$tmp/x" \
-        --no-same-owner --strip-components=2 "${members[@]}"
-    for f in "${ONNX_FILES[@]}"; do
-        check_sha "$tmp/x/$f" "$f"
-        chmod 644 "$tmp/x/$f"
-        mv -f "$tmp/x/$f" "$dest/$f"
-    done
-    rm -rf "$tmp"
-    log "assets: ONNX models -> assets/onnx/"
+# sha256 of FILE, or "missing".
+sha_of() {
+    if [ -f "$1" ]; then sha256sum "$1" | cut -d' ' -f1; else echo missing; fi
 }
 
-step_photos() {
-    local dest="$ASSETS/photos" logf="$LOGS/setup-assets.log" tmp f
-    mkdir -p "$dest"
+# A package manager needed for a source; installs Debian's npm when it is missing.
+ensure_npm() {
+    command -v npm >/dev/null && return
+    log "assets: npm not found; installing Debian's npm (the ONNX models come from an npm package)"
+    apt_install npm
+    command -v npm >/dev/null || die "assets: npm still not on PATH after installing Debian's npm"
+}
 
-    if all_exist "$dest" "${PHOTO_FILES[@]}"; then
-        log "assets: test photos present (skip)"
-    else
-        log "assets: test photos from PyPI sdist face-recognition==1.3.0"
-        tmp="$(scratch)"
-        run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --no-binary :all: \
-            face-recognition==1.3.0 -d "$tmp/dl"
-        mkdir -p "$tmp/x"
-        run_logged "$logf" tar -xzf "$tmp/dl/face_recognition-1.3.0.tar.gz" -C "$tmp/x" \
-            --no-same-owner --strip-components=3 --wildcards '*/tests/test_images/*'
-        for f in "${PHOTO_FILES[@]}"; do
-            check_sha "$tmp/x/$f" "$f"
-            chmod 644 "$tmp/x/$f"
-            mv -f "$tmp/x/$f" "$dest/$f"
-        done
-        rm -rf "$tmp"
-        log "assets: ${#PHOTO_FILES[@]} photos -> assets/photos/"
-    fi
+# fetch_source SOURCE DIR: download the package SOURCE into DIR; sets ARCHIVE to its file.
+fetch_source() {
+    local source=$1 dir=$2 logf="$LOGS/setup-assets.log" kind spec platform pytag files
+    IFS=: read -r kind spec platform pytag <<<"$source"
+    mkdir -p "$dir"
+    case $kind in
+        pypi-sdist)
+            run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --no-binary :all: \
+                "$spec" -d "$dir"
+            ;;
+        pypi-wheel)
+            [ -n "$platform" ] || die "assets: $source: a wheel source names its platform"
+            local tags=(--platform "$platform")
+            [ -z "$pytag" ] ||
+                tags+=(--implementation cp --python-version "${pytag#cp}" --abi "$pytag")
+            run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --only-binary=:all: \
+                "${tags[@]}" "$spec" -d "$dir"
+            ;;
+        npm)
+            ensure_npm
+            (cd "$dir" && run_logged "$logf" npm pack --silent "$spec")
+            ;;
+        *) die "assets: unknown source kind in '$source' (see ${MANIFEST#"$REPO_ROOT"/})" ;;
+    esac
+    mapfile -t files < <(find "$dir" -maxdepth 1 -type f)
+    [ ${#files[@]} -eq 1 ] || die "assets: $source: expected one downloaded file in $dir, found ${#files[@]}"
+    ARCHIVE=${files[0]}
+}
 
-    # A real photo with no face: scikit-image's coffee.png (CC0, Rachel Michetti),
-    # taken from the wheel without installing scikit-image.
-    if [ -s "$dest/noface.jpg" ]; then
-        log "assets: noface.jpg present (skip)"
-    else
-        log "assets: noface.jpg from PyPI wheel scikit-image==0.26.0 (skimage/data/coffee.png)"
-        tmp="$(scratch)"
-        run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --only-binary=:all: \
-            --implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 \
-            scikit-image==0.26.0 -d "$tmp/dl"
-        local whl
-        whl="$(printf '%s\n' "$tmp"/dl/scikit_image-0.26.0-*.whl | head -n 1)"
-        [ -f "$whl" ] || die "assets: scikit-image wheel not downloaded"
-        run_logged "$logf" "$PY" -c "$py_unzip" "$whl" skimage/data/coffee.png "$tmp/coffee.png"
-        check_sha "$tmp/coffee.png" coffee.png
-        run_logged "$logf" "$PY" -c 'import sys
+# extract ARCHIVE DIR MEMBER...: the members, at their paths under DIR.
+extract() {
+    local archive=$1 dir=$2 logf="$LOGS/setup-assets.log"
+    shift 2
+    mkdir -p "$dir"
+    case $archive in
+        *.tar.gz | *.tgz)
+            run_logged "$logf" tar -xzf "$archive" -C "$dir" --no-same-owner "$@" ;;
+        *.whl | *.zip)
+            run_logged "$logf" "$PY" -c 'import sys, zipfile
+zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], sys.argv[3:])' "$archive" "$dir" "$@" ;;
+        *) die "assets: do not know how to open $archive" ;;
+    esac
+}
+
+# derive TARGET INPUT: the files setup.sh makes from another asset (source `derived`).
+derive() {
+    local target=$1 input=$2 logf="$LOGS/setup-assets.log"
+    case ${target##*/} in
+        noface.jpg)
+            # A real photo with no face: scikit-image's coffee.png as JPEG.
+            run_logged "$logf" "$PY" -c 'import sys
 from PIL import Image
 Image.open(sys.argv[1]).convert("RGB").save(sys.argv[2], "JPEG", quality=95)' \
-            "$tmp/coffee.png" "$tmp/noface.jpg"
-        mv -f "$tmp/noface.jpg" "$dest/noface.jpg"
-        rm -rf "$tmp"
-        log "assets: noface.jpg (600x400 coffee cup) -> assets/photos/"
-    fi
-
-    # obama.jpg (910x1137 portrait) -> 640x480: top 4:3 band (head and shoulders), scaled.
-    if [ -s "$dest/obama_640x480.jpg" ]; then
-        log "assets: obama_640x480.jpg present (skip)"
-    else
-        run_logged "$logf" "$PY" -c 'import sys
+                "$input" "$target.tmp"
+            ;;
+        obama_640x480.jpg)
+            # obama.jpg (910x1137 portrait) -> 640x480: top 4:3 band (head and shoulders), scaled.
+            run_logged "$logf" "$PY" -c 'import sys
 from PIL import Image
 im = Image.open(sys.argv[1]).convert("RGB")
 w = im.width - im.width % 4
 box = (0, 0, w, w * 3 // 4)
 im.crop(box).resize((640, 480), Image.LANCZOS).save(sys.argv[2], "JPEG", quality=95)' \
-            "$dest/obama.jpg" "$dest/obama_640x480.jpg.tmp"
-        mv -f "$dest/obama_640x480.jpg.tmp" "$dest/obama_640x480.jpg"
-        log "assets: obama_640x480.jpg -> assets/photos/"
-    fi
+                "$input" "$target.tmp"
+            ;;
+        *) die "assets: no recipe in setup.sh for the derived asset $target" ;;
+    esac
+    mv -f "$target.tmp" "$target"
+}
+
+step_assets() {
+    read_manifest
+    local i n=${#M_TARGET[@]} got source
+    local -A pending=() fetched=()
+    local sources=() missing=() ok=0 checked=0
+    # 1. Which files are missing or wrong (sha256sum of each, ~0.5 s in all).
+    for ((i = 0; i < n; i++)); do
+        [ "${M_SHA[i]}" != - ] || continue
+        checked=$((checked + 1))
+        got="$(sha_of "$REPO_ROOT/${M_TARGET[i]}")"
+        if [ "$got" = "${M_SHA[i]}" ]; then
+            ok=$((ok + 1))
+            continue
+        fi
+        if [ "$got" = missing ]; then
+            missing+=("${M_TARGET[i]#assets/}")
+        else
+            warn "assets: ${M_TARGET[i]} has sha256 $got, expected ${M_SHA[i]}: fetching it again"
+        fi
+        source=${M_SOURCE[i]}
+        [ -n "${pending[$source]+x}" ] || sources+=("$source")
+        pending[$source]+="$i "
+    done
+    log "assets: $ok of $checked checksummed files OK (${MANIFEST#"$REPO_ROOT"/})"
+    [ ${#missing[@]} -eq 0 ] || log "assets: missing: ${missing[*]}"
+
+    # 2. Each source package once: download, take the files, check, install.
+    local tmp members j
+    for source in "${sources[@]}"; do
+        log "assets: fetching $source"
+        tmp="$(scratch)"
+        fetch_source "$source" "$tmp/dl"
+        members=()
+        for j in ${pending[$source]}; do members+=("${M_MEMBER[j]}"); done
+        extract "$ARCHIVE" "$tmp/x" "${members[@]}"
+        rm -rf "$tmp/dl"
+        for j in ${pending[$source]}; do
+            local file="$tmp/x/${M_MEMBER[j]}" target="$REPO_ROOT/${M_TARGET[j]}"
+            got="$(sha_of "$file")"
+            [ "$got" = "${M_SHA[j]}" ] ||
+                die "assets: ${M_MEMBER[j]} from $source has sha256 $got, expected ${M_SHA[j]}"
+            chmod "${M_MODE[j]}" "$file"
+            mkdir -p "$(dirname "$target")"
+            mv -f "$file" "$target"
+            fetched[${M_TARGET[j]}]=1
+            log "assets: ${M_TARGET[j]} <- $source"
+        done
+        rm -rf "$tmp"
+    done
+
+    # 3. Derived files (re)made when missing or when their input was just fetched; then links.
+    local link target links=()
+    for ((i = 0; i < n; i++)); do
+        target="$REPO_ROOT/${M_TARGET[i]}"
+        if [ "${M_SHA[i]}" = - ]; then
+            [ "${M_SOURCE[i]}" = derived ] || die "assets: ${M_TARGET[i]}: only derived files may have no sha256"
+            if [ ! -s "$target" ] || [ -n "${fetched[${M_MEMBER[i]}]+x}" ]; then
+                [ -s "$REPO_ROOT/${M_MEMBER[i]}" ] ||
+                    die "assets: ${M_TARGET[i]} is made from ${M_MEMBER[i]}, which is missing"
+                derive "$target" "$REPO_ROOT/${M_MEMBER[i]}"
+                chmod "${M_MODE[i]}" "$target"
+                log "assets: ${M_TARGET[i]} <- ${M_MEMBER[i]}"
+            fi
+        fi
+        [ "${M_LINKS[i]}" != - ] || continue
+        IFS=, read -ra links <<<"${M_LINKS[i]}"
+        for link in "${links[@]}"; do
+            mkdir -p "$REPO_ROOT/$(dirname "$link")"
+            ln -sfn "$(realpath -s --relative-to="$REPO_ROOT/$(dirname "$link")" "$target")" "$REPO_ROOT/$link"
+        done
+    done
+    log "assets: ${#M_TARGET[@]} files in place (${#sources[@]} package(s) fetched)"
 }
 
 step_perf_analyzer() {
-    local dest="$ASSETS/perf_analyzer" logf="$LOGS/setup-assets.log" tmp
+    # The binary itself is an asset of scripts/assets.tsv (step_assets).
+    local dest="$ASSETS/perf_analyzer"
     mkdir -p "$dest/lib"
-    if [ -x "$dest/perf_analyzer" ]; then
-        log "assets: perf_analyzer present (skip download)"
-    else
-        log "assets: perf_analyzer from PyPI wheel tritonclient==2.51.0 (manylinux1_x86_64)"
-        tmp="$(scratch)"
-        run_logged "$logf" "${PIP[@]}" download --no-cache-dir --no-deps --only-binary=:all: \
-            --platform manylinux1_x86_64 tritonclient==2.51.0 -d "$tmp/dl"
-        run_logged "$logf" "$PY" -c "$py_unzip" \
-            "$tmp/dl/tritonclient-2.51.0-py3-none-manylinux1_x86_64.whl" \
-            tritonclient-2.51.0.data/data/bin/perf_analyzer "$tmp/perf_analyzer"
-        check_sha "$tmp/perf_analyzer" perf_analyzer
-        chmod 755 "$tmp/perf_analyzer"
-        mv -f "$tmp/perf_analyzer" "$dest/perf_analyzer"
-        rm -rf "$tmp"
-    fi
 
     # Its two missing libraries come from nvidia-pytriton's bundled libs (relinked every
     # run, so a recreated .venv is picked up). Relative links keep the checkout movable.
@@ -388,11 +416,8 @@ step_model_repository() {
     link_dlib face_sequence
     seed_gallery face_sequence obama.jpg biden.jpg
     # The ONNX sample model names its models relative to its version folder.
+    # (Its .onnx links are made by step_assets, from the manifest's links column.)
     seed_gallery face_onnx obama.jpg biden.jpg
-    local f
-    for f in "${ONNX_FILES[@]}"; do
-        ln -sfn "../../../assets/onnx/$f" "$REPO_ROOT/model_repository/face_onnx/1/$f"
-    done
     log "model repository: face, face_sequence (dlib weights linked), face_onnx (ONNX models linked), galleries seeded"
 }
 
@@ -437,9 +462,7 @@ step_cargo() {
 # ---------------------------------------------------------------------------
 step_apt
 step_venv
-step_dlib
-step_photos
-step_onnx
+step_assets
 step_perf_analyzer
 step_model_repository
 step_env

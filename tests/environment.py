@@ -2,16 +2,19 @@
 the photos, the backend.
 
 Everything comes from the environment that scripts/setup.sh prepares (assets/env.sh), with the
-default locations under the repository as a fallback. A missing piece is a test FAILURE with a
-message saying how to get it, never a skip.
+default locations under the repository as a fallback. Which weights, models and photos must be
+there, and their sha256, is scripts/assets.tsv (the manifest setup.sh fetches from). A missing
+piece, or a file with another checksum, is a test FAILURE with a message saying how to get it,
+never a skip.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image
@@ -20,24 +23,60 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 MODEL_CONFIG = MODEL_REPOSITORY / "face" / "config.pbtxt"
 SCHEMA_PATH = REPO_ROOT / "schema" / "result.schema.json"
+MANIFEST = REPO_ROOT / "scripts" / "assets.tsv"
 
-WEIGHT_FILES = (
-    "dlib_face_recognition_resnet_model_v1.dat",
-    "shape_predictor_5_face_landmarks.dat",
-    "mmod_human_face_detector.dat",
-)
-# The sample ONNX models that model_repository/face_onnx/config.pbtxt names (scripts/setup.sh).
-ONNX_MODEL_FILES = ("fr_detect.onnx", "fr_landmark.onnx", "fr_feature.onnx")
-PHOTO_FILES = (
-    "obama.jpg",
-    "obama2.jpg",
-    "obama3.jpg",
-    "biden.jpg",
-    "obama_partial_face.jpg",
-    "32bit.png",
-    "noface.jpg",
-    "obama_640x480.jpg",
-)
+
+@dataclass(frozen=True)
+class Asset:
+    """One line of scripts/assets.tsv."""
+
+    target: str  # path in the repository, e.g. assets/dlib/mmod_human_face_detector.dat
+    mode: str
+    sha256: str | None  # None: made by setup.sh from another asset (source `derived`)
+    source: str
+    member: str
+    links: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.target).name
+
+    @property
+    def folder(self) -> str:
+        """The folder that groups it: dlib, onnx, photos, perf_analyzer."""
+        return PurePosixPath(self.target).parent.name
+
+
+def read_manifest(path: Path = MANIFEST) -> tuple[Asset, ...]:
+    assets = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 6 or not all(fields):
+            raise ValueError(f"{path}:{number}: expected 6 TAB-separated fields, got {fields}")
+        target, mode, sha256, source, member, links = fields
+        assets.append(Asset(
+            target=target, mode=mode, sha256=None if sha256 == "-" else sha256, source=source,
+            member=member, links=() if links == "-" else tuple(links.split(",")),
+        ))
+    return tuple(assets)
+
+
+ASSETS = read_manifest()
+
+
+def _files_in(folder: str) -> tuple[str, ...]:
+    names = tuple(asset.name for asset in ASSETS if asset.folder == folder)
+    if not names:
+        raise ValueError(f"{MANIFEST} lists no file in a folder named {folder!r}")
+    return names
+
+
+WEIGHT_FILES = _files_in("dlib")
+# The sample ONNX models that model_repository/face_onnx/config.pbtxt names.
+ONNX_MODEL_FILES = _files_in("onnx")
+PHOTO_FILES = _files_in("photos")
 
 
 class MissingAsset(Exception):
@@ -72,6 +111,37 @@ def _from_env(var: str, default: Path | None) -> Path | None:
     return Path(value) if value else default
 
 
+@lru_cache(maxsize=None)
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_folder(what: str, folder: Path, manifest_folder: str, hint: str) -> list[str]:
+    """Problems with the manifest's files of `manifest_folder`, looked for in `folder`."""
+    missing, wrong = [], []
+    for asset in ASSETS:
+        if asset.folder != manifest_folder:
+            continue
+        path = folder / asset.name
+        if not path.is_file():
+            missing.append(asset.name)
+        elif asset.sha256 is not None and _sha256(path) != asset.sha256:
+            wrong.append(asset.name)
+    problems = []
+    if missing:
+        problems.append(f"{what} missing in {folder}: {', '.join(missing)}: {hint}")
+    if wrong:
+        problems.append(
+            f"{what} in {folder} differ from scripts/assets.tsv (sha256): {', '.join(wrong)}: "
+            f"{hint} (it fetches them again)"
+        )
+    return problems
+
+
 def resolve_env() -> SuiteEnv:
     """Locate every external input of the suite, or raise MissingAsset listing all that is missing."""
     setup_hint = "run scripts/setup.sh (and source assets/env.sh)"
@@ -82,22 +152,14 @@ def resolve_env() -> SuiteEnv:
         problems.append(f"tritonserver binary not found (TRITONSERVER={server}): {setup_hint}")
 
     weights = _from_env("FACE_WEIGHTS", REPO_ROOT / "assets" / "dlib")
-    missing = [f for f in WEIGHT_FILES if not (weights / f).is_file()]
-    if missing:
-        problems.append(f"dlib weights missing in {weights}: {', '.join(missing)}: {setup_hint}")
+    problems += _check_folder("dlib weights", weights, "dlib", setup_hint)
 
     assets = _from_env("FACE_ASSETS", REPO_ROOT / "assets")
     onnx_models = _from_env("FACE_ONNX_MODELS", assets / "onnx")
-    missing = [f for f in ONNX_MODEL_FILES if not (onnx_models / f).is_file()]
-    if missing:
-        problems.append(
-            f"ONNX sample models missing in {onnx_models}: {', '.join(missing)}: {setup_hint}"
-        )
+    problems += _check_folder("ONNX sample models", onnx_models, "onnx", setup_hint)
 
     photos = _from_env("FACE_PHOTOS", REPO_ROOT / "assets" / "photos")
-    missing = [f for f in PHOTO_FILES if not (photos / f).is_file()]
-    if missing:
-        problems.append(f"test photos missing in {photos}: {', '.join(missing)}: {setup_hint}")
+    problems += _check_folder("test photos", photos, "photos", setup_hint)
 
     lib = _from_env("FACE_BACKEND_LIB", REPO_ROOT / "target" / "release" / "libtriton_face.so")
     if not lib.is_file():

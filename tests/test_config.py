@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from face_client import assert_face, assert_geometry, assert_person, infer_encoded, infer_pixels
 from triton_server import ONNX_SAMPLE_MODEL, TritonServer, parameters_of
@@ -120,12 +121,26 @@ def test_cnn_detector(start_server, photos, engine):
 
 # ---- the ONNX engine's model files ------------------------------------------------------------
 
+# Explicit model control: the server starts with no model loaded, so a load that fails is an
+# answer to POST /v2/repository/models/face/load, not a server that exits at start-up.
+EXPLICIT = ("--model-control-mode=explicit",)
+
+
 def load_error(server: TritonServer) -> str:
-    """The model-load failure a server must exit with at start-up (--exit-on-error)."""
-    log = server.start_expecting_exit()
-    errors = [line for line in log.splitlines() if "failed to load 'face'" in line]
-    assert errors, f"no load failure of 'face' in the log:\n{log}"
-    return "\n".join(errors)
+    """Why `face` fails to load, as the server reports it: the error answering its load
+    request, which must match the state and reason of the repository index."""
+    with server:
+        client = server.http()
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("face")
+        error = info.value.message() or str(info.value)
+        assert not client.is_model_ready("face")
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["face"].get("state") == "UNAVAILABLE", index["face"]
+        reason = index["face"].get("reason", "")
+        assert reason and reason in error, f"index reason {reason!r} vs load error {error!r}"
+    assert "TRITONBACKEND_ModelInitialize" in error, f"not the backend's refusal: {error}"
+    return error
 
 
 @pytest.mark.engines("onnx")
@@ -135,7 +150,8 @@ def test_onnx_without_landmark_model_fails_to_load(suite_env, tmp_path, engine):
     sample = suite_env.config_of(ONNX_SAMPLE_MODEL).read_text()
     assert "landmark_model" in parameters_of(sample)
     no_landmarks = (r'[^\n]*"landmark_model"[^\n]*\n', "")
-    server = TritonServer(suite_env, tmp_path, engine="onnx", config_edits=[no_landmarks])
+    server = TritonServer(suite_env, tmp_path, engine="onnx", config_edits=[no_landmarks],
+                          extra_args=EXPLICIT)
     error = load_error(server)
     assert "landmark_model" in error, error
 
@@ -146,7 +162,8 @@ def test_onnx_bad_model_file_fails_to_load(suite_env, tmp_path, photos, engine, 
     """A missing embedder file, or a file that is not ONNX (a JPEG), fails the load with a
     message naming the parameter and the file."""
     name = "absent.onnx" if problem == "missing" else "not_a_model.onnx"
-    server = TritonServer(suite_env, tmp_path, engine="onnx", params={"embedder_model": name})
+    server = TritonServer(suite_env, tmp_path, engine="onnx", params={"embedder_model": name},
+                          extra_args=EXPLICIT)
     if problem == "not_onnx":
         (server.model_dir / "1" / name).write_bytes(photos.bytes("obama.jpg"))
     error = load_error(server)
