@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::engine::dlib::DetectorKind;
+use crate::engine::dlib::{DetectorKind, DEFAULT_CNN_MIN_SIDE};
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
 use crate::gpu::Capability;
@@ -23,6 +23,8 @@ pub enum EngineKind {
 pub struct Settings {
     pub engine: EngineKind,
     pub detector: DetectorKind,
+    /// The CNN detector skips images with a smaller side (0: runs on all).
+    pub cnn_min_side: u32,
     /// Absolute: relative values are resolved against the model directory.
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
@@ -74,6 +76,10 @@ pub enum Truth {
 pub const PARAMETERS: &[(&str, &str)] = &[
     ("engine", "dlib"),
     ("detector", "hog"),
+    (
+        "cnn_min_side",
+        "32 (detector cnn; 0 = run the CNN on every image)",
+    ),
     ("weights_dir", "weights"),
     ("gallery_dir", "gallery"),
     ("pixel_format", "RGB"),
@@ -250,6 +256,7 @@ impl Settings {
         let mut s = Settings {
             engine: EngineKind::Dlib,
             detector: DetectorKind::Hog,
+            cnn_min_side: DEFAULT_CNN_MIN_SIDE,
             weights_dir: model_dir.join("weights"),
             gallery_dir: model_dir.join("gallery"),
             pixel_format: PixelFormat::Rgb,
@@ -285,6 +292,11 @@ impl Settings {
                 "detector" => {
                     s.detector = DetectorKind::parse(value)
                         .ok_or_else(|| bad(&key, value, "\"hog\" or \"cnn\""))?
+                }
+                "cnn_min_side" => {
+                    s.cnn_min_side = value
+                        .parse()
+                        .map_err(|_| bad(&key, value, "a number of pixels (0: no minimum)"))?
                 }
                 "weights_dir" => s.weights_dir = model_dir.join(value),
                 "gallery_dir" => s.gallery_dir = model_dir.join(value),
