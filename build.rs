@@ -13,6 +13,7 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
 
     detect_dlib_cuda();
+    build_dlib_shim();
 
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     generate_types(header, &out.join("triton_types.rs"));
@@ -103,6 +104,39 @@ fn generate_api(header: &str, group: &ApiGroup, out: &Path) {
         .expect("bindgen failed on triton-core-headers/triton_backend_api.h")
         .write_to_file(out)
         .expect("cannot write Triton bindings");
+}
+
+/// Compiles our C++ fence around dlib (src/engine/dlib/shim.cpp), links it
+/// with the system dlib and BLAS/LAPACK, and generates its Rust bindings.
+fn build_dlib_shim() {
+    let dir = "src/engine/dlib";
+    println!("cargo:rerun-if-changed={dir}/shim.cpp");
+    println!("cargo:rerun-if-changed={dir}/shim.h");
+    cc::Build::new()
+        .cpp(true)
+        .file(format!("{dir}/shim.cpp"))
+        .flag("-std=c++14")
+        // dlib's headers are noisy; our own code is small and reviewed.
+        .warnings(false)
+        // A second dlib::fatal_error must not abort the process (see shim.cpp).
+        .define("DLIB_NO_ABORT_ON_2ND_FATAL_ERROR", None)
+        .compile("triton_face_dlib_shim");
+    for lib in ["dlib", "openblas", "lapack"] {
+        println!("cargo:rustc-link-lib={lib}");
+    }
+    let bindings = bindgen::Builder::default()
+        .header(format!("{dir}/shim.h"))
+        .allowlist_function("tf_.*")
+        .allowlist_type("tf_.*")
+        .allowlist_var("TF_.*")
+        .derive_default(true)
+        .layout_tests(false)
+        .generate()
+        .expect("bindgen failed on src/engine/dlib/shim.h");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("dlib_shim.rs");
+    bindings
+        .write_to_file(&out)
+        .expect("cannot write dlib shim bindings");
 }
 
 /// Sets `cfg(dlib_cuda)` when the dlib headers we compile against say it was

@@ -131,7 +131,7 @@ fn bench_dlib(c: &mut Criterion) {
     let weights = input_path("FACE_WEIGHTS", "assets/dlib");
     let photo = input_path("FACE_BENCH_PHOTO", "assets/photos/obama_640x480.jpg");
     let jpeg = std::fs::read(&photo).expect("read the bench photo");
-    let mut engine = DlibEngine::load(&weights, DetectorKind::Hog)
+    let mut engine = DlibEngine::load(&weights, DetectorKind::Hog, 0)
         .unwrap_or_else(|e| panic!("load dlib weights from {}: {e:?}", weights.display()));
     let frame = prepare(&mut engine, &jpeg, &photo, MAX_FACES);
 

@@ -110,7 +110,8 @@ def test_cnn_detector(start_server, photos, engine):
     assert_person(doc, "obama", engine, (pixels.shape[1], pixels.shape[0]))
 
     # Tiny and thin images: dlib's MMOD network threw a C++ exception (1x1, 10x6) or
-    # segfaulted (9x4000) on them, which killed the server. They hold no face.
+    # segfaulted (9x4000) on them; the cnn_min_side fast path (default 32) answers them without
+    # running the CNN (test_dlib_fence.py runs them through it). They hold no face.
     for height, width in [(1, 1), (6, 10), (4000, 9), (9, 4000), (31, 31)]:
         tiny = np.full((height, width, 3), 128, dtype=np.uint8)
         [doc] = infer_pixels(client, tiny)

@@ -31,6 +31,7 @@ pub fn new_engine(settings: &Settings) -> Result<Box<dyn Engine>> {
         EngineKind::Dlib => Ok(Box::new(DlibEngine::load(
             &settings.weights_dir,
             settings.detector,
+            settings.cnn_min_side,
         )?)),
     }
 }

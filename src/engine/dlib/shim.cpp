@@ -1,0 +1,309 @@
+// triton-face's fence around dlib: every entry point runs its dlib calls
+// inside guarded(), which turns any C++ exception into a return code and a
+// message. An exception unwinding into Rust would abort tritonserver.
+
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <dlib/dnn.h>
+#include <dlib/image_processing/frontal_face_detector.h>
+#include <dlib/image_processing/full_object_detection.h>
+#include <dlib/image_processing/shape_predictor.h>
+#include <dlib/image_transforms.h>
+
+namespace {
+
+// The networks exactly as dlib defines them (examples/dnn_mmod_face_detection_ex.cpp
+// and examples/dnn_face_recognition_ex.cpp); the weights deserialize only into these.
+template <long num_filters, typename SUBNET> using con5d = dlib::con<num_filters, 5, 5, 2, 2, SUBNET>;
+template <long num_filters, typename SUBNET> using con5 = dlib::con<num_filters, 5, 5, 1, 1, SUBNET>;
+template <typename SUBNET>
+using downsampler = dlib::relu<dlib::affine<con5d<32, dlib::relu<dlib::affine<
+    con5d<32, dlib::relu<dlib::affine<con5d<16, SUBNET>>>>>>>>>;
+template <typename SUBNET> using rcon5 = dlib::relu<dlib::affine<con5<45, SUBNET>>>;
+using mmod_net = dlib::loss_mmod<dlib::con<1, 9, 9, 1, 1, rcon5<rcon5<rcon5<
+    downsampler<dlib::input_rgb_image_pyramid<dlib::pyramid_down<6>>>>>>>>;
+
+template <template <int, template <typename> class, int, typename> class block, int N,
+          template <typename> class BN, typename SUBNET>
+using residual = dlib::add_prev1<block<N, BN, 1, dlib::tag1<SUBNET>>>;
+template <template <int, template <typename> class, int, typename> class block, int N,
+          template <typename> class BN, typename SUBNET>
+using residual_down = dlib::add_prev2<dlib::avg_pool<2, 2, 2, 2,
+    dlib::skip1<dlib::tag2<block<N, BN, 2, dlib::tag1<SUBNET>>>>>>;
+template <int N, template <typename> class BN, int stride, typename SUBNET>
+using block = BN<dlib::con<N, 3, 3, 1, 1, dlib::relu<BN<dlib::con<N, 3, 3, stride, stride, SUBNET>>>>>;
+template <int N, typename SUBNET> using ares = dlib::relu<residual<block, N, dlib::affine, SUBNET>>;
+template <int N, typename SUBNET> using ares_down = dlib::relu<residual_down<block, N, dlib::affine, SUBNET>>;
+template <typename SUBNET> using alevel0 = ares_down<256, SUBNET>;
+template <typename SUBNET> using alevel1 = ares<256, ares<256, ares_down<256, SUBNET>>>;
+template <typename SUBNET> using alevel2 = ares<128, ares<128, ares_down<128, SUBNET>>>;
+template <typename SUBNET> using alevel3 = ares<64, ares<64, ares<64, ares_down<64, SUBNET>>>>;
+template <typename SUBNET> using alevel4 = ares<32, ares<32, ares<32, SUBNET>>>;
+using resnet = dlib::loss_metric<dlib::fc_no_bias<128, dlib::avg_pool_everything<
+    alevel0<alevel1<alevel2<alevel3<alevel4<dlib::max_pool<3, 3, 2, 2, dlib::relu<dlib::affine<
+    dlib::con<32, 7, 7, 2, 2, dlib::input_rgb_image_sized<150>>>>>>>>>>>>>;
+
+using image_t = dlib::matrix<dlib::rgb_pixel>;
+
+// Thrown by our own checks: the caller's input, not dlib, is at fault.
+struct bad_input : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+void set_error(char *err, size_t len, const char *what) {
+    if (err == nullptr || len == 0) return;
+    std::strncpy(err, what, len - 1);
+    err[len - 1] = '\0';
+}
+
+// The loaded libdlib's path (dl_iterate_phdr callback).
+int find_libdlib(struct dl_phdr_info *info, size_t, void *out) {
+    if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "/libdlib.so") == nullptr)
+        return 0;
+    *static_cast<std::string *>(out) = info->dlpi_name;
+    return 1;
+}
+
+// dlib aborts the process on its second fatal_error ("the first was
+// inappropriately ignored", dlib/error.h). We do not ignore one: it becomes
+// that call's error, so we re-arm the check. Its flag is a static local of an
+// inline function: this file is built with DLIB_NO_ABORT_ON_2ND_FATAL_ERROR
+// for the copies instantiated here, and libdlib.so exports its own copy as a
+// unique symbol, which we reset. Without the symbol (another dlib build) a
+// second fatal_error from inside libdlib.so still aborts.
+void rearm_dlib_fatal_error_check() {
+    static bool *const flag = [] {
+        std::string path;
+        dl_iterate_phdr(find_libdlib, &path);
+        void *lib = path.empty() ? nullptr : dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+        return lib == nullptr ? nullptr : static_cast<bool *>(dlsym(lib,
+            "_ZZN4dlib11fatal_error31check_for_previous_fatal_errorsEvE20is_first_fatal_error"));
+    }();
+    if (flag != nullptr) *flag = true;
+}
+
+// Runs `body` (which returns TF_OK) and maps every exception to a code.
+template <typename F> int guarded(char *err, size_t len, F &&body) noexcept {
+    try {
+        return body();
+    } catch (const dlib::fatal_error &e) {
+        set_error(err, len, e.what());
+        rearm_dlib_fatal_error_check();
+        return TF_EXCEPTION;
+    } catch (const bad_input &e) {
+        set_error(err, len, e.what());
+        return TF_BAD_INPUT;
+    } catch (const std::bad_alloc &e) {
+        set_error(err, len, "out of memory");
+        return TF_NO_MEMORY;
+    } catch (const std::exception &e) {
+        set_error(err, len, e.what());
+        return TF_EXCEPTION;
+    } catch (...) {
+        set_error(err, len, "unknown C++ exception");
+        return TF_EXCEPTION;
+    }
+}
+
+template <typename T> void require(const T *p, const char *what) {
+    if (p == nullptr) throw bad_input(std::string(what) + " is null");
+}
+
+}  // namespace
+
+struct tf_detector {
+    std::unique_ptr<dlib::frontal_face_detector> hog;
+    std::unique_ptr<mmod_net> cnn;
+};
+struct tf_predictor {
+    dlib::shape_predictor sp;
+};
+struct tf_encoder {
+    resnet net;
+};
+struct tf_image {
+    image_t pixels;
+};
+
+namespace {
+
+// Input the MMOD network cannot take, refused before dlib sees it (this is not
+// a size policy: everything that passes runs). dlib 19.24's input layer tiles
+// the image and its pyramid_down<6> copies into one tensor, and two inputs
+// break it:
+// 1. Images narrower than the pyramid padding (10 px): an unsigned wrap in
+//    impl::compute_tiled_image_pyramid_details places the first tile partly
+//    outside the tensor (the DLIB_ASSERT that would say so is compiled out),
+//    and to_tensor then writes out of bounds: SIGSEGV on 9x4000, silent heap
+//    corruption on shorter images. No try/catch can help; we compute the same
+//    layout with dlib's own function and refuse tiles outside the tensor.
+// 2. Tensors too small for the downsampler's three unpadded 5x5 stride-2
+//    convolutions (1x1, 10x6): dlib's DLIB_CASSERT throws dlib::fatal_error,
+//    and the second fatal_error in a process aborts it (dlib/error.h).
+void check_cnn_input(mmod_net &net, long width, long height) {
+    if (width < 1 || height < 1) throw bad_input("empty image");
+    const auto &input = dlib::input_layer(net);
+    std::vector<dlib::rectangle> tiles;
+    long nr = 0, nc = 0;
+    dlib::impl::compute_tiled_image_pyramid_details(
+        dlib::pyramid_down<6>(), height, width, input.get_pyramid_padding(),
+        input.get_pyramid_outer_padding(), tiles, nr, nc);
+    const std::string size = std::to_string(width) + "x" + std::to_string(height);
+    const dlib::rectangle tensor(nc, nr);
+    for (const auto &tile : tiles)
+        if (!tensor.contains(tile))
+            throw bad_input("the CNN detector cannot take a " + size +
+                            " image (dlib's image pyramid does not fit images this narrow)");
+    // con5d<..> in mmod_net, three times: 5x5, stride 2, no padding.
+    for (int i = 0; i < 3; ++i) {
+        if (nr < 5 || nc < 5)
+            throw bad_input("the CNN detector cannot take a " + size +
+                            " image (too small for its convolutions)");
+        nr = (nr - 5) / 2 + 1;
+        nc = (nc - 5) / 2 + 1;
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+int tf_hog_new(tf_detector **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto d = std::make_unique<tf_detector>();
+        d->hog = std::make_unique<dlib::frontal_face_detector>(dlib::get_frontal_face_detector());
+        *out = d.release();
+        return TF_OK;
+    });
+}
+
+int tf_cnn_load(const char *path, tf_detector **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path, "path");
+        auto d = std::make_unique<tf_detector>();
+        d->cnn = std::make_unique<mmod_net>();
+        dlib::deserialize(path) >> *d->cnn;
+        *out = d.release();
+        return TF_OK;
+    });
+}
+
+void tf_detector_free(tf_detector *detector) { delete detector; }
+
+int tf_predictor_load(const char *path, tf_predictor **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path, "path");
+        auto p = std::make_unique<tf_predictor>();
+        dlib::deserialize(path) >> p->sp;
+        if (p->sp.num_parts() != TF_PARTS)
+            throw std::runtime_error("shape predictor has " + std::to_string(p->sp.num_parts()) +
+                                     " parts, expected 5");
+        *out = p.release();
+        return TF_OK;
+    });
+}
+
+void tf_predictor_free(tf_predictor *predictor) { delete predictor; }
+
+int tf_encoder_load(const char *path, tf_encoder **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(path, "path");
+        auto e = std::make_unique<tf_encoder>();
+        dlib::deserialize(path) >> e->net;
+        *out = e.release();
+        return TF_OK;
+    });
+}
+
+void tf_encoder_free(tf_encoder *encoder) { delete encoder; }
+
+int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out, char *err,
+                 size_t err_len) {
+    static_assert(sizeof(dlib::rgb_pixel) == 3, "rgb_pixel must be packed R, G, B");
+    return guarded(err, err_len, [&] {
+        require(rgb, "pixels");
+        auto img = std::make_unique<tf_image>();
+        img->pixels.set_size(static_cast<long>(height), static_cast<long>(width));
+        if (width * height > 0) std::memcpy(&img->pixels(0, 0), rgb, width * height * 3);
+        *out = img.release();
+        return TF_OK;
+    });
+}
+
+void tf_image_free(tf_image *image) { delete image; }
+
+int tf_detect(tf_detector *detector, const tf_image *image, tf_rect *rects, size_t capacity,
+              size_t *found, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(detector, "detector");
+        require(image, "image");
+        std::vector<dlib::rectangle> boxes;
+        if (detector->hog) {
+            boxes = (*detector->hog)(image->pixels);
+        } else {
+            check_cnn_input(*detector->cnn, image->pixels.nc(), image->pixels.nr());
+            for (auto &d : (*detector->cnn)(image->pixels)) boxes.push_back(d.rect);
+        }
+        for (size_t i = 0; i < boxes.size() && i < capacity; ++i)
+            rects[i] = tf_rect{boxes[i].left(), boxes[i].top(), boxes[i].right(), boxes[i].bottom()};
+        *found = boxes.size();
+        return TF_OK;
+    });
+}
+
+int tf_landmarks(const tf_predictor *predictor, const tf_image *image, const tf_rect *rect,
+                 tf_shape *out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(predictor, "predictor");
+        require(image, "image");
+        require(rect, "rect");
+        dlib::rectangle box(rect->left, rect->top, rect->right, rect->bottom);
+        dlib::full_object_detection shape = predictor->sp(image->pixels, box);
+        if (shape.num_parts() != TF_PARTS) throw std::runtime_error("predictor gave no 5 points");
+        out->rect = *rect;
+        for (unsigned long i = 0; i < TF_PARTS; ++i)
+            out->parts[i] = tf_point{shape.part(i).x(), shape.part(i).y()};
+        return TF_OK;
+    });
+}
+
+int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes, size_t count,
+              float *out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(encoder, "encoder");
+        require(image, "image");
+        if (count == 0) return TF_OK;
+        require(shapes, "shapes");
+        require(out, "out");
+        std::vector<dlib::chip_details> chips;
+        for (size_t i = 0; i < count; ++i) {
+            const tf_rect &r = shapes[i].rect;
+            std::vector<dlib::point> parts;
+            for (const tf_point &p : shapes[i].parts) parts.emplace_back(p.x, p.y);
+            dlib::full_object_detection shape(dlib::rectangle(r.left, r.top, r.right, r.bottom), parts);
+            chips.push_back(dlib::get_face_chip_details(shape, 150, 0.25));
+        }
+        dlib::array<image_t> faces;
+        dlib::extract_image_chips(image->pixels, chips, faces);
+        std::vector<dlib::matrix<float, 0, 1>> descriptors = encoder->net(faces, 16);
+        if (descriptors.size() != count) throw std::runtime_error("one descriptor per face expected");
+        for (size_t i = 0; i < count; ++i) {
+            if (descriptors[i].size() != TF_DESCRIPTOR_LEN)
+                throw std::runtime_error("descriptor is not 128-d");
+            std::memcpy(out + i * TF_DESCRIPTOR_LEN, &descriptors[i](0), TF_DESCRIPTOR_LEN * sizeof(float));
+        }
+        return TF_OK;
+    });
+}
+
+}  // extern "C"

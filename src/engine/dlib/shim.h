@@ -1,0 +1,89 @@
+/* triton-face's C interface to dlib (shim.cpp). Every function catches every
+ * C++ exception and reports it through its return code and `err`, so none can
+ * unwind into Rust (which would abort tritonserver). */
+#ifndef TRITON_FACE_DLIB_SHIM_H
+#define TRITON_FACE_DLIB_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+enum {
+    TF_OK = 0,
+    /* The shim refused the input before calling dlib (a documented precondition). */
+    TF_BAD_INPUT = 1,
+    /* dlib threw (std::exception or anything else); `err` holds what(). */
+    TF_EXCEPTION = 2,
+    /* std::bad_alloc: host memory ran out. */
+    TF_NO_MEMORY = 3
+};
+
+/* Landmarks per face: the 5-point shape predictor. */
+#define TF_PARTS 5
+/* Length of a face descriptor (dlib's ResNet). */
+#define TF_DESCRIPTOR_LEN 128
+
+typedef struct tf_detector tf_detector;
+typedef struct tf_predictor tf_predictor;
+typedef struct tf_encoder tf_encoder;
+typedef struct tf_image tf_image;
+
+/* dlib::rectangle: inclusive pixel bounds. */
+typedef struct tf_rect {
+    long left, top, right, bottom;
+} tf_rect;
+
+typedef struct tf_point {
+    long x, y;
+} tf_point;
+
+/* One face: its box and the predictor's 5 points. */
+typedef struct tf_shape {
+    tf_rect rect;
+    tf_point parts[TF_PARTS];
+} tf_shape;
+
+/* On error, every function writes a NUL-terminated message of at most
+ * err_len bytes into `err` and leaves *out untouched. */
+
+int tf_hog_new(tf_detector **out, char *err, size_t err_len);
+/* mmod_human_face_detector.dat. */
+int tf_cnn_load(const char *path, tf_detector **out, char *err, size_t err_len);
+void tf_detector_free(tf_detector *detector);
+
+/* shape_predictor_5_face_landmarks.dat; any other part count is refused. */
+int tf_predictor_load(const char *path, tf_predictor **out, char *err, size_t err_len);
+void tf_predictor_free(tf_predictor *predictor);
+
+/* dlib_face_recognition_resnet_model_v1.dat. */
+int tf_encoder_load(const char *path, tf_encoder **out, char *err, size_t err_len);
+void tf_encoder_free(tf_encoder *encoder);
+
+/* Copies width*height interleaved 8-bit RGB pixels, row-major. */
+int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out,
+                 char *err, size_t err_len);
+void tf_image_free(tf_image *image);
+
+/* Faces in `image`: *found gets how many dlib found; the first
+ * min(found, capacity) boxes are written to `rects`. */
+int tf_detect(tf_detector *detector, const tf_image *image, tf_rect *rects,
+              size_t capacity, size_t *found, char *err, size_t err_len);
+
+/* The 5 landmarks of the face in `rect`; out->rect = *rect. */
+int tf_landmarks(const tf_predictor *predictor, const tf_image *image,
+                 const tf_rect *rect, tf_shape *out, char *err, size_t err_len);
+
+/* Descriptors of `count` faces of one image (150x150 chips, padding 0.25, no
+ * jitter), one network call; `out` holds count * TF_DESCRIPTOR_LEN floats. */
+int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes,
+              size_t count, float *out, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
