@@ -16,11 +16,7 @@ use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineKind {
-    Dlib,
-    Onnx,
-}
+pub use crate::engine::EngineKind;
 
 #[derive(Clone, Debug)]
 pub struct Settings {

@@ -1,9 +1,7 @@
 //! Model state: settings parsed from config.pbtxt and the gallery, shared by
 //! all instances of the model.
 
-use crate::backend::config::{EngineKind, Settings};
-use crate::engine::dlib::DlibEngine;
-use crate::engine::onnx::OnnxEngine;
+use crate::backend::config::Settings;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::gallery::{gallery_images, validate_name, Gallery};
@@ -25,15 +23,14 @@ pub struct ModelState {
 }
 
 /// The engine a model's settings ask for, with its weights loaded.
-pub fn new_engine(settings: &Settings) -> Result<Box<dyn Engine>> {
-    match settings.engine {
-        EngineKind::Onnx => Ok(Box::new(OnnxEngine::load(&settings.onnx)?)),
-        EngineKind::Dlib => Ok(Box::new(DlibEngine::load(
-            &settings.weights_dir,
-            settings.detector,
-            settings.cnn_min_side,
-        )?)),
-    }
+pub fn new_engine(s: &Settings) -> Result<Box<dyn Engine>> {
+    crate::engine::load(
+        s.engine,
+        &s.weights_dir,
+        s.detector,
+        s.cnn_min_side,
+        &s.onnx,
+    )
 }
 
 /// The engine's usual same-person threshold when the config sets none.

@@ -8,6 +8,30 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{Face, Frame, Metric};
+use dlib::{DetectorKind, DlibEngine};
+use onnx::{OnnxEngine, OnnxSettings};
+
+/// Which engine a model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    Dlib,
+    Onnx,
+}
+
+/// The factory: the engine `kind` with its weights loaded (the dlib engine
+/// from `weights_dir`, the ONNX engine from `onnx`'s model paths).
+pub fn load(
+    kind: EngineKind,
+    weights_dir: &Path,
+    detector: DetectorKind,
+    cnn_min_side: u32,
+    onnx: &OnnxSettings,
+) -> Result<Box<dyn Engine>> {
+    Ok(match kind {
+        EngineKind::Onnx => Box::new(OnnxEngine::load(onnx)?),
+        EngineKind::Dlib => Box::new(DlibEngine::load(weights_dir, detector, cnn_min_side)?),
+    })
+}
 
 /// A weights file that must exist; the error names it and how to get it.
 pub(crate) fn require_file(dir: &Path, file: &str) -> Result<std::path::PathBuf> {

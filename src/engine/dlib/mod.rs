@@ -147,12 +147,13 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::pipeline::image::frame_from_encoded;
 
-    fn assets(folder: &str) -> std::path::PathBuf {
+    /// `assets/<rel>` (installed by scripts/setup.sh), which must exist.
+    pub(super) fn assets(rel: &str) -> std::path::PathBuf {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("assets")
-            .join(folder);
+            .join(rel);
         assert!(
-            path.is_dir(),
+            path.exists(),
             "{} missing: run scripts/setup.sh",
             path.display()
         );

@@ -234,15 +234,7 @@ mod tests {
     use crate::error::ErrorKind;
 
     fn weights(file: &str) -> std::path::PathBuf {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets/dlib")
-            .join(file);
-        assert!(
-            path.is_file(),
-            "{} missing: run scripts/setup.sh",
-            path.display()
-        );
-        path
+        super::super::tests::assets(&format!("dlib/{file}"))
     }
 
     fn grey(width: usize, height: usize) -> Image {
