@@ -22,7 +22,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
-use triton_face::engine::onnx::OnnxEngine;
+use triton_face::engine::onnx::{OnnxEngine, OnnxSettings};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
 use triton_face::pipeline::Frame;
@@ -186,6 +186,21 @@ fn bench_onnx(c: &mut Criterion) {
     let frame = prepare(&mut engine, &jpeg, &photo, max_faces);
 
     let group = c.benchmark_group("onnx");
+    engine_benches(
+        group,
+        &mut engine,
+        &jpeg,
+        &frame,
+        (max_pixels, max_faces),
+        5,
+    );
+    // The same engine with denormals left alone, for the ratio in one run.
+    let plain = OnnxSettings {
+        flush_denormals: false,
+        ..settings.onnx.clone()
+    };
+    let mut engine = OnnxEngine::load(&plain).expect("load the ONNX models");
+    let group = c.benchmark_group("onnx-no-ftz");
     engine_benches(
         group,
         &mut engine,

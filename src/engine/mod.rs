@@ -2,6 +2,7 @@
 //! nothing of Triton.
 
 pub mod dlib;
+pub mod fpu;
 pub mod onnx;
 
 use std::path::Path;

@@ -15,6 +15,7 @@ use opencv::imgproc;
 use opencv::prelude::*;
 use tract_onnx::prelude::*;
 
+use super::fpu::FlushDenormals;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
@@ -41,6 +42,8 @@ pub struct OnnxSettings {
     pub score_threshold: f32,
     pub nms_iou: f32,
     pub embedder_norm: Normalize,
+    /// Flush denormals to zero on the thread while the models run (fpu.rs).
+    pub flush_denormals: bool,
 }
 
 impl OnnxSettings {
@@ -63,6 +66,7 @@ impl OnnxSettings {
                 mean: 127.0,
                 scale: 1.0 / 128.0,
             },
+            flush_denormals: true,
         }
     }
 }
@@ -423,6 +427,7 @@ impl Engine for OnnxEngine {
         self.embedding_len
     }
     fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>> {
+        let _flush = FlushDenormals::new(self.settings.flush_denormals);
         frames
             .iter()
             .map(|f| self.analyze_one(f, max_faces))
