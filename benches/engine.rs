@@ -22,7 +22,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
-use triton_face::engine::onnx::{OnnxEngine, OnnxSettings};
+use triton_face::engine::onnx::{OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
 use triton_face::pipeline::Frame;
@@ -201,6 +201,21 @@ fn bench_onnx(c: &mut Criterion) {
     };
     let mut engine = OnnxEngine::load(&plain).expect("load the ONNX models");
     let group = c.benchmark_group("onnx-no-ftz");
+    engine_benches(
+        group,
+        &mut engine,
+        &jpeg,
+        &frame,
+        (max_pixels, max_faces),
+        5,
+    );
+    // The pure-Rust runtime on the same models.
+    let tract = OnnxSettings {
+        runtime: Runtime::Tract,
+        ..settings.onnx.clone()
+    };
+    let mut engine = OnnxEngine::load(&tract).expect("load the ONNX models into tract");
+    let group = c.benchmark_group("onnx-tract");
     engine_benches(
         group,
         &mut engine,

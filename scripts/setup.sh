@@ -421,6 +421,14 @@ step_model_repository() {
     log "model repository: face, face_sequence (dlib weights linked), face_onnx (ONNX models linked), galleries seeded"
 }
 
+# The C library inside the `onnxruntime` wheel of .venv (scripts/requirements.txt).
+onnxruntime_library() {
+    local lib
+    lib="$("$PY" -c 'import glob, os, onnxruntime as o; print(sorted(glob.glob(os.path.join(os.path.dirname(o.__file__), "capi", "libonnxruntime.so.*")))[-1])')" ||
+        die "no libonnxruntime.so in the onnxruntime wheel of $VENV: re-run scripts/setup.sh"
+    printf '%s' "$lib"
+}
+
 # ---------------------------------------------------------------------------
 step_env() {
     local f="$ASSETS/env.sh"
@@ -437,6 +445,10 @@ step_env() {
         printf 'export FACE_ASSETS=%q\n' "$ASSETS"
         printf 'export FACE_WEIGHTS=%q\n' "$ASSETS/dlib"
         printf 'export FACE_PHOTOS=%q\n' "$ASSETS/photos"
+        # The ONNX engine's default runtime loads this at run time (an
+        # ORT_DYLIB_PATH already set when this is sourced wins).
+        # shellcheck disable=SC2016
+        printf 'export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-%s}"\n' "$(onnxruntime_library)"
     } | if write_if_changed "$f"; then log "env: wrote assets/env.sh"; else log "env: assets/env.sh up to date"; fi
 }
 

@@ -35,6 +35,11 @@ class Engine:
     # Length of `embedding` with return_embeddings: true.
     embedding_len: int
 
+    @property
+    def kind(self) -> str:
+        """The `engine` parameter: onnx-tract is the onnx engine on another runtime."""
+        return self.name.split("-")[0]
+
     def __str__(self) -> str:  # the test id: test_x[dlib]
         return self.name
 
@@ -57,6 +62,8 @@ ENGINES = {
         # UltraFace RFB-320 (score >= detector_threshold 0.7), 68-point landmark model, 512-d
         # embedder; the sample models of model_repository/face_onnx.
         Engine("onnx", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512),
+        # The same models on the tract runtime (runtime: tract).
+        Engine("onnx-tract", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512),
     )
 }
 DLIB = ENGINES["dlib"]

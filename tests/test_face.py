@@ -133,4 +133,4 @@ def test_model_metadata(http, engine):
     assert config["max_batch_size"] == 8
     assert config["backend"] == "face"
     # The server under test really runs the engine the test is parametrised with.
-    assert config["parameters"]["engine"]["string_value"] == engine.name, config["parameters"]
+    assert config["parameters"]["engine"]["string_value"] == engine.kind, config["parameters"]

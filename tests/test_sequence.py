@@ -260,8 +260,8 @@ def test_schema_for_documents_a_server_rarely_sends(doc, valid):
 def test_sequence_model_runs_the_engine(oldest_server, engine):
     """face_sequence's config switch: the model under test serves with `engine`."""
     config = oldest_server.http().get_model_config(SEQUENCE_MODEL)
-    assert config["parameters"]["engine"]["string_value"] == engine.name, config["parameters"]
-    loaded = f"model '{SEQUENCE_MODEL}': engine {engine.name}"
+    assert config["parameters"]["engine"]["string_value"] == engine.kind, config["parameters"]
+    loaded = f"model '{SEQUENCE_MODEL}': engine {engine.kind}"
     assert loaded in oldest_server.log_text(), f"the model load does not log {loaded!r}"
 
 

@@ -6,7 +6,7 @@
     server.stop()           # SIGTERM, SIGKILL after 15 s; server.kill() is SIGKILL at once
 
 Options: `model="face_sequence"` serves that model of model_repository/ instead;
-`engine="onnx"` serves it with the ONNX engine (see engine_config: `face` is then the sample
+`engine="onnx"` serves it with the ONNX engine (`"onnx-tract"`: on the tract runtime) (see engine_config: `face` is then the sample
 model_repository/face_onnx, other models get `engine: onnx` switched into their own config);
 `config_edits=[(regex, replacement)]` rewrites its config.pbtxt text (each regex must match);
 `metrics=True` opens the metrics port (`metrics_url`, `metric(...)`); `rss_kib()` is the
@@ -96,7 +96,7 @@ def rename_model(config: str, name: str) -> str:
 
 
 # The engines a TritonServer can configure its model for (tests/engines.py describes them).
-ENGINE_NAMES = ("dlib", "onnx")
+ENGINE_NAMES = ("dlib", "onnx", "onnx-tract")
 # The sample ONNX model: its config is what `face` runs as with engine="onnx", and its
 # parameters are what switches another model (face_sequence) to the ONNX engine.
 ONNX_SAMPLE_MODEL = "face_onnx"
@@ -117,6 +117,8 @@ def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
     if engine == "dlib":
         return set_parameter(env.config_of(model).read_text(), "weights_dir", str(env.weights))
     sample = env.config_of(ONNX_SAMPLE_MODEL).read_text()
+    if engine == "onnx-tract":  # the same models on the pure-Rust runtime
+        sample = set_parameter(sample, "runtime", "tract")
     if model == MODEL:
         return rename_model(sample, model)
     config = env.config_of(model).read_text()
@@ -191,7 +193,7 @@ class TritonServer:
         (self.root / "backends").mkdir()  # empty --backend-directory: only our library is found
         shutil.copy2(self.env.backend_lib, self.model_dir / "libtriton_face.so")
         config = engine_config(self.env, self.model, self.engine)
-        if self.engine == "onnx":  # *_model parameters are relative to the version folder
+        if self.engine.startswith("onnx"):  # *_model parameters are relative to the version folder
             for name in ONNX_MODEL_FILES:
                 (version_dir / name).symlink_to(self.env.onnx_models / name)
         for pattern, replacement in config_edits:

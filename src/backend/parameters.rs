@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use crate::backend::config::{EngineKind, Settings};
 use crate::engine::dlib::DetectorKind;
+use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
@@ -140,6 +141,14 @@ fn path(dir: &Path, v: &str) -> Option<std::path::PathBuf> {
 fn size(v: &str) -> Option<(usize, usize)> {
     let (w, h) = v.split_once(['x', 'X'])?;
     Some((positive(w)?, positive(h)?))
+}
+
+fn runtime(v: &str) -> Option<Runtime> {
+    match v.to_ascii_lowercase().as_str() {
+        "onnxruntime" => Some(Runtime::OnnxRuntime),
+        "tract" => Some(Runtime::Tract),
+        _ => None,
+    }
 }
 
 fn engine(v: &str) -> Option<EngineKind> {
@@ -394,6 +403,33 @@ pub static PARAMETERS: &[Parameter] = &[
                   `false` leaves the thread's floating-point mode alone",
         section: Section::Onnx,
         apply: |d, v| flag(v).map(|b| d.settings.onnx.flush_denormals = b),
+    },
+    Parameter {
+        name: "runtime",
+        kind: Kind::Choice(&["onnxruntime", "tract"]),
+        default: Default::Value("onnxruntime"),
+        meaning: "what runs the models: `onnxruntime` (native library, loaded at run time) or \
+                  `tract` (pure Rust, no native library)",
+        section: Section::Onnx,
+        apply: |d, v| runtime(v).map(|r| d.settings.onnx.runtime = r),
+    },
+    Parameter {
+        name: "onnxruntime_library",
+        kind: Kind::Path,
+        default: Default::Unset(
+            "the environment variable `ORT_DYLIB_PATH` (set by scripts/setup.sh)",
+        ),
+        meaning: "`libonnxruntime.so` (1.17 or newer), relative to the version folder",
+        section: Section::Onnx,
+        apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.onnxruntime_library = Some(p)),
+    },
+    Parameter {
+        name: "intra_op_threads",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1"),
+        meaning: "onnxruntime threads per model instance (Triton instances give the parallelism)",
+        section: Section::Onnx,
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.intra_op_threads = n),
     },
 ];
 

@@ -4,6 +4,7 @@
 pub mod dlib;
 pub mod fpu;
 pub mod onnx;
+pub mod onnxruntime;
 
 use std::path::Path;
 

@@ -16,6 +16,7 @@ use opencv::prelude::*;
 use tract_onnx::prelude::*;
 
 use super::fpu::FlushDenormals;
+use super::onnxruntime::{library_path, OrtNet};
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
@@ -44,6 +45,28 @@ pub struct OnnxSettings {
     pub embedder_norm: Normalize,
     /// Flush denormals to zero on the thread while the models run (fpu.rs).
     pub flush_denormals: bool,
+    pub runtime: Runtime,
+    /// `None`: ORT_DYLIB_PATH (see onnxruntime.rs).
+    pub onnxruntime_library: Option<PathBuf>,
+    pub intra_op_threads: usize,
+}
+
+/// What runs the models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// onnxruntime through `ort`, the library loaded at run time.
+    OnnxRuntime,
+    /// tract: pure Rust, no native library.
+    Tract,
+}
+
+impl Runtime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::OnnxRuntime => "onnxruntime",
+            Runtime::Tract => "tract",
+        }
+    }
 }
 
 impl OnnxSettings {
@@ -67,14 +90,23 @@ impl OnnxSettings {
                 scale: 1.0 / 128.0,
             },
             flush_denormals: true,
+            runtime: Runtime::OnnxRuntime,
+            onnxruntime_library: None,
+            intra_op_threads: 1,
         }
     }
 }
 
 type Plan = Arc<TypedRunnableModel>;
 
+/// A loaded model in the runtime that runs it.
+enum Runner {
+    Tract(Plan),
+    Ort(OrtNet),
+}
+
 struct Net {
-    plan: Plan,
+    runner: Runner,
     /// Input shape, batch first; `batch_free` when the batch dim is symbolic.
     shape: Vec<usize>,
     batch_free: bool,
@@ -96,7 +128,12 @@ fn model_file<'a>(key: &str, path: &'a Path) -> Result<&'a Path> {
 
 /// Load, type, optimize and plan a model once. `size` fixes the input's
 /// height and width (for models whose spatial dims are free).
-fn load_net(what: &str, path: &Path, size: Option<(usize, usize)>) -> Result<Net> {
+fn load_net(
+    what: &str,
+    path: &Path,
+    size: Option<(usize, usize)>,
+    runtime: &RuntimeChoice,
+) -> Result<Net> {
     let fail = |e: TractError| {
         Error::unavailable(format!(
             "{what} {}: not a loadable ONNX model: {e:#}",
@@ -124,23 +161,53 @@ fn load_net(what: &str, path: &Path, size: Option<(usize, usize)>) -> Result<Net
     }
     let batch_free = dims[0].is_none();
     let shape: Vec<usize> = dims.iter().map(|d| d.unwrap_or(1)).collect();
-    let plan = typed
-        .into_optimized()
-        .map_err(fail)?
-        .into_runnable()
-        .map_err(fail)?;
+    let runner = match runtime {
+        RuntimeChoice::Tract => Runner::Tract(
+            typed
+                .into_optimized()
+                .map_err(fail)?
+                .into_runnable()
+                .map_err(fail)?,
+        ),
+        RuntimeChoice::Ort { library, threads } => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
+            Runner::Ort(OrtNet::load(what, &bytes, library, *threads)?)
+        }
+    };
     Ok(Net {
-        plan,
+        runner,
         shape,
         batch_free,
     })
 }
 
+/// The runtime a model is loaded into, resolved (library found) once.
+enum RuntimeChoice {
+    Tract,
+    Ort { library: PathBuf, threads: usize },
+}
+
+impl RuntimeChoice {
+    fn of(settings: &OnnxSettings) -> Result<Self> {
+        Ok(match settings.runtime {
+            Runtime::Tract => RuntimeChoice::Tract,
+            Runtime::OnnxRuntime => RuntimeChoice::Ort {
+                library: library_path(settings.onnxruntime_library.as_deref())?,
+                threads: settings.intra_op_threads,
+            },
+        })
+    }
+}
+
 impl Net {
     fn run(&self, input: Tensor) -> Result<TVec<TValue>> {
-        self.plan
-            .run(tvec!(input.into_tvalue()))
-            .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}")))
+        match &self.runner {
+            Runner::Tract(plan) => plan
+                .run(tvec!(input.into_tvalue()))
+                .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}"))),
+            Runner::Ort(net) => net.run(input),
+        }
     }
 }
 
@@ -152,7 +219,7 @@ pub fn run_model(
     input: &[f32],
     shape: &[usize],
 ) -> Result<Vec<(Vec<usize>, Vec<f32>)>> {
-    let net = load_net("model", path, None)?;
+    let net = load_net("model", path, None, &RuntimeChoice::Tract)?;
     let tensor = Tensor::from_shape(shape, input).map_err(|e| Error::invalid(e.to_string()))?;
     let outputs = net.run(tensor)?;
     (0..outputs.len())
@@ -188,16 +255,19 @@ const _: fn() = || {
 
 impl OnnxEngine {
     pub fn load(settings: &OnnxSettings) -> Result<Self> {
+        let runtime = RuntimeChoice::of(settings)?;
         let detector = load_net(
             "detector_model",
             model_file("detector_model", &settings.detector_model)?,
             settings.detector_size,
+            &runtime,
         )?;
         let landmarks = match &settings.landmark_model {
             Some(p) => Some(load_net(
                 "landmark_model",
                 model_file("landmark_model", p)?,
                 None,
+                &runtime,
             )?),
             None => return Err(Error::invalid(
                 "the ultraface detector gives no landmarks: set the `landmark_model` parameter \
@@ -208,6 +278,7 @@ impl OnnxEngine {
             "embedder_model",
             model_file("embedder_model", &settings.embedder_model)?,
             None,
+            &runtime,
         )?;
         // One dry run tells the embedding length.
         let probe =
@@ -405,7 +476,8 @@ impl Engine for OnnxEngine {
                 .unwrap_or_default()
         };
         format!(
-            "onnx (tract; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d, {})",
+            "onnx ({}; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d, {})",
+            self.settings.runtime.name(),
             name(&self.settings.detector_model),
             self.detector.shape[3],
             self.detector.shape[2],

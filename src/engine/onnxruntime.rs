@@ -1,0 +1,111 @@
+//! The onnxruntime runtime of the ONNX engine, through the `ort` crate with
+//! the library loaded at run time (nothing is downloaded at build or run
+//! time). The library is found once per process: the model's
+//! `onnxruntime_library`, else `ORT_DYLIB_PATH` (scripts/setup.sh sets it to
+//! the PyPI wheel's copy), else an error that says both ways out.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+use ort::value::Tensor as OrtTensor;
+use tract_onnx::prelude::{tvec, IntoTValue, TValue, TVec, Tensor};
+
+use crate::error::{Error, Result};
+
+/// The oldest onnxruntime this build accepts (`ort`'s `api-17` feature).
+pub const MIN_VERSION: &str = "1.17";
+
+/// Where the library comes from, in order of precedence.
+pub fn library_path(configured: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = configured {
+        return Ok(path.to_path_buf());
+    }
+    match std::env::var_os("ORT_DYLIB_PATH") {
+        Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
+        _ => Err(Error::unavailable(format!(
+            "runtime onnxruntime: no library given: set the model parameter \
+             `onnxruntime_library` or the environment variable ORT_DYLIB_PATH to a \
+             libonnxruntime.so of version {MIN_VERSION} or newer (scripts/setup.sh installs \
+             one from the PyPI wheel `onnxruntime`), or use `runtime: tract`"
+        ))),
+    }
+}
+
+/// The process-wide onnxruntime environment (ort allows one per process);
+/// the first library loaded serves every model.
+fn environment(library: &Path) -> Result<&'static ort::environment::Environment> {
+    static ENV: OnceLock<std::result::Result<ort::environment::Environment, String>> =
+        OnceLock::new();
+    ENV.get_or_init(|| {
+        let builder = ort::init_from(library).map_err(|e| e.to_string())?;
+        builder
+            .with_name("triton-face")
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|why| {
+        Error::unavailable(format!(
+            "runtime onnxruntime: cannot load {}: {why} (this backend needs onnxruntime \
+             {MIN_VERSION} or newer: install it and point `onnxruntime_library` or \
+             ORT_DYLIB_PATH at it, or use `runtime: tract`)",
+            library.display()
+        ))
+    })
+}
+
+/// One model as an onnxruntime session: full graph optimization, sequential,
+/// `threads` intra-op threads (Triton instances give the parallelism).
+pub struct OrtNet {
+    // `Session::run` needs `&mut`; the engine runs on one thread at a time.
+    session: Mutex<Session>,
+}
+
+impl OrtNet {
+    pub fn load(what: &str, model: &[u8], library: &Path, threads: usize) -> Result<Self> {
+        let env = environment(library)?;
+        let fail = |e: String| Error::unavailable(format!("{what}: onnxruntime: {e}"));
+        let session = Session::builder(env)
+            .map_err(|e| fail(e.to_string()))?
+            .with_optimization_level(GraphOptimizationLevel::All)
+            .map_err(|e| fail(e.to_string()))?
+            .with_intra_threads(threads)
+            .map_err(|e| fail(e.to_string()))?
+            .with_inter_threads(1)
+            .map_err(|e| fail(e.to_string()))?
+            .with_parallel_execution(false)
+            .map_err(|e| fail(e.to_string()))?
+            .commit_from_memory(model)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(OrtNet {
+            session: Mutex::new(session),
+        })
+    }
+
+    /// Run on one f32 input; the outputs as tract tensors, so the pipeline
+    /// reads both runtimes the same way.
+    pub fn run(&self, input: Tensor) -> Result<TVec<TValue>> {
+        let fail = |e: ort::Error| Error::internal(format!("onnxruntime inference failed: {e}"));
+        let shape: Vec<i64> = input.shape().iter().map(|&d| d as i64).collect();
+        let data: Vec<f32> = input
+            .to_plain_array_view::<f32>()
+            .map_err(|e| Error::internal(e.to_string()))?
+            .iter()
+            .copied()
+            .collect();
+        let value = OrtTensor::from_array((shape, data)).map_err(fail)?;
+        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let outputs = session.run(ort::inputs![value]).map_err(fail)?;
+        let mut out = tvec![];
+        for (_, value) in outputs.iter() {
+            let (shape, data) = value.try_extract_tensor::<f32>().map_err(fail)?;
+            let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+            let tensor =
+                Tensor::from_shape(&dims, data).map_err(|e| Error::internal(e.to_string()))?;
+            out.push(tensor.into_tvalue());
+        }
+        Ok(out)
+    }
+}
