@@ -10,9 +10,12 @@
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
 //! `analyze` (detect + landmarks + embed on the decoded frame) and
 //! `decode+analyze` (what the server does for one ENCODED request).
-//! Group "onnx" (the tract engine with the settings of the `face_onnx` model,
+//! Group "onnx" (the ONNX engine with the settings of the `face_onnx` model,
 //! read from model_repository/face_onnx/config.pbtxt through the backend's own
-//! config parser): `analyze` and `decode+analyze`. Single thread.
+//! config parser): `analyze` and `decode+analyze`. Single thread. Then the
+//! same with one thing changed, for ratios from one run: "onnx-no-prelu-
+//! rewrite", "onnx-no-ftz", "onnx-untouched" (no hygiene, no flush-to-zero:
+//! the model as exported), "onnx-tract", "onnx-tract-untouched".
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,7 +25,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Thro
 use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
 use triton_face::engine::dlib::{DetectorKind, DlibEngine};
-use triton_face::engine::onnx::{OnnxEngine, OnnxSettings, Runtime};
+use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
 use triton_face::pipeline::Frame;
@@ -184,46 +187,48 @@ fn bench_onnx(c: &mut Criterion) {
     let mut engine = OnnxEngine::load(&settings.onnx)
         .unwrap_or_else(|e| panic!("load the ONNX models from {}: {e:?}", onnx_dir.display()));
     let frame = prepare(&mut engine, &jpeg, &photo, max_faces);
+    drop(engine);
 
-    let group = c.benchmark_group("onnx");
-    engine_benches(
-        group,
-        &mut engine,
-        &jpeg,
-        &frame,
-        (max_pixels, max_faces),
-        5,
-    );
-    // The same engine with denormals left alone, for the ratio in one run.
-    let plain = OnnxSettings {
-        flush_denormals: false,
-        ..settings.onnx.clone()
+    // The configured engine, then the same models with one setting changed
+    // each: the ratios between groups are measured in one run.
+    let variants: [(&str, Change); 6] = [
+        ("onnx", |_| {}),
+        ("onnx-no-prelu-rewrite", |s| s.hygiene.rewrite_prelu = false),
+        ("onnx-no-ftz", |s| s.flush_denormals = false),
+        ("onnx-untouched", untouched),
+        ("onnx-tract", |s| s.runtime = Runtime::Tract),
+        ("onnx-tract-untouched", |s| {
+            s.runtime = Runtime::Tract;
+            untouched(s)
+        }),
+    ];
+    for (name, change) in variants {
+        let mut variant = settings.onnx.clone();
+        change(&mut variant);
+        let mut engine = OnnxEngine::load(&variant)
+            .unwrap_or_else(|e| panic!("load the ONNX models for {name}: {e:?}"));
+        eprintln!("{name}: {}", engine.describe());
+        engine_benches(
+            c.benchmark_group(name),
+            &mut engine,
+            &jpeg,
+            &frame,
+            (max_pixels, max_faces),
+            5,
+        );
+    }
+}
+
+/// One setting changed from the configured engine.
+type Change = fn(&mut OnnxSettings);
+
+/// The model as exported: no cleaning at load, denormals left alone.
+fn untouched(s: &mut OnnxSettings) {
+    s.hygiene = Hygiene {
+        zero_tiny_weights: false,
+        rewrite_prelu: false,
     };
-    let mut engine = OnnxEngine::load(&plain).expect("load the ONNX models");
-    let group = c.benchmark_group("onnx-no-ftz");
-    engine_benches(
-        group,
-        &mut engine,
-        &jpeg,
-        &frame,
-        (max_pixels, max_faces),
-        5,
-    );
-    // The pure-Rust runtime on the same models.
-    let tract = OnnxSettings {
-        runtime: Runtime::Tract,
-        ..settings.onnx.clone()
-    };
-    let mut engine = OnnxEngine::load(&tract).expect("load the ONNX models into tract");
-    let group = c.benchmark_group("onnx-tract");
-    engine_benches(
-        group,
-        &mut engine,
-        &jpeg,
-        &frame,
-        (max_pixels, max_faces),
-        5,
-    );
+    s.flush_denormals = false;
 }
 
 criterion_group!(benches, bench_dlib, bench_onnx);

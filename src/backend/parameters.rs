@@ -395,6 +395,24 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| rgb(v).map(|b| d.settings.onnx.embedder_norm.rgb = b),
     },
     Parameter {
+        name: "zero_tiny_weights",
+        kind: Kind::Bool,
+        default: Default::Value("true"),
+        meaning: "at load, set float weights smaller than 1e-10 in magnitude to 0 (same outputs; denormal \
+                  weights make every multiply by them slow); `false` runs the model untouched",
+        section: Section::Onnx,
+        apply: |d, v| flag(v).map(|b| d.settings.onnx.hygiene.zero_tiny_weights = b),
+    },
+    Parameter {
+        name: "rewrite_prelu",
+        kind: Kind::Bool,
+        default: Default::Value("true"),
+        meaning: "at load, compute each PRelu as `Relu(x) + Min(x, 0) * slope` (exact; faster \
+                  in both runtimes); `false` keeps the model's PRelu nodes",
+        section: Section::Onnx,
+        apply: |d, v| flag(v).map(|b| d.settings.onnx.hygiene.rewrite_prelu = b),
+    },
+    Parameter {
         name: "flush_denormals",
         kind: Kind::Bool,
         default: Default::Value("true"),

@@ -4,7 +4,6 @@
 pub mod dlib;
 pub mod fpu;
 pub mod onnx;
-pub mod onnxruntime;
 
 use std::path::Path;
 

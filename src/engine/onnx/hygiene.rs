@@ -1,0 +1,397 @@
+//! Model hygiene at load, before either runtime sees the model:
+//! - weights with |w| < 1e-10 become 0: exported face models carry hundreds
+//!   of thousands of denormal weights (PRelu slopes ~1e-34) that change no
+//!   output but make every multiply by them take the CPU's slow path;
+//! - PRelu becomes `Relu(x) + Min(x, 0) * slope`, which is exact (one side is
+//!   always zero) and runs as fused elementwise work in both runtimes, where
+//!   tract expands PRelu into compare/select and onnxruntime's PRelu kernel
+//!   blocks fusion.
+//!
+//! Both work on the ONNX protobuf, so tract and onnxruntime run the same
+//! cleaned graph. Each step has a model parameter to turn it off.
+
+use std::collections::HashSet;
+
+use tract_onnx::pb::{attribute_proto, tensor_proto, AttributeProto, GraphProto, ModelProto};
+use tract_onnx::pb::{NodeProto, TensorProto};
+
+/// Below this magnitude a weight is treated as noise and set to 0.
+pub const TINY: f32 = 1e-10;
+
+/// Which cleaning steps run (model parameters `zero_tiny_weights`,
+/// `rewrite_prelu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hygiene {
+    pub zero_tiny_weights: bool,
+    pub rewrite_prelu: bool,
+}
+
+impl Default for Hygiene {
+    fn default() -> Self {
+        Hygiene {
+            zero_tiny_weights: true,
+            rewrite_prelu: true,
+        }
+    }
+}
+
+/// What the cleaning did to one model, for the load log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub zeroed: usize,
+    pub prelu_rewritten: usize,
+    /// Why a requested step did not run, if one did not.
+    pub skipped: Option<String>,
+}
+
+impl Report {
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "{} tiny weights zeroed, {} PRelu rewritten",
+            self.zeroed, self.prelu_rewritten
+        );
+        if let Some(why) = &self.skipped {
+            out.push_str(&format!(" (skipped: {why})"));
+        }
+        out
+    }
+}
+
+/// Clean `model` in place as `hygiene` asks.
+pub fn clean(model: &mut ModelProto, hygiene: Hygiene) -> Report {
+    let mut report = Report::default();
+    let opset = default_opset(model);
+    let Some(graph) = model.graph.as_mut() else {
+        return report;
+    };
+    if hygiene.zero_tiny_weights {
+        report.zeroed = zero_tiny_weights(graph);
+    }
+    if hygiene.rewrite_prelu {
+        // Min with a broadcast scalar needs opset 8 (multidirectional
+        // broadcasting); older models keep their PRelu.
+        if opset >= 8 {
+            report.prelu_rewritten = rewrite_prelu(graph);
+        } else if graph.node.iter().any(is_prelu) {
+            report.skipped = Some(format!("PRelu kept: opset {opset} < 8"));
+        }
+    }
+    report
+}
+
+/// True when a weight lives outside the protobuf (external data file): such
+/// a model is loaded from its path, uncleaned.
+pub fn has_external_data(model: &ModelProto) -> bool {
+    model.graph.as_ref().is_some_and(|g| {
+        g.initializer
+            .iter()
+            .any(|t| t.data_location == Some(tensor_proto::DataLocation::External as i32))
+    })
+}
+
+/// The version of the default ("ai.onnx") operator set.
+fn default_opset(model: &ModelProto) -> i64 {
+    model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map_or(0, |o| o.version)
+}
+
+/// Zero the tiny float weights of initializers and Constant nodes.
+fn zero_tiny_weights(graph: &mut GraphProto) -> usize {
+    let constants = graph
+        .node
+        .iter_mut()
+        .filter(|n| n.op_type == "Constant")
+        .flat_map(|n| n.attribute.iter_mut())
+        .filter_map(|a| a.t.as_mut());
+    graph
+        .initializer
+        .iter_mut()
+        .chain(constants)
+        .map(zero_tiny_in_tensor)
+        .sum()
+}
+
+/// Zero the tiny values of one float tensor, wherever the protobuf keeps them
+/// (`float_data` or little-endian `raw_data`); how many were changed.
+fn zero_tiny_in_tensor(t: &mut TensorProto) -> usize {
+    if t.data_type != tensor_proto::DataType::Float as i32 {
+        return 0;
+    }
+    let tiny = |v: f32| v != 0.0 && v.abs() < TINY;
+    let mut changed = 0;
+    for v in t.float_data.iter_mut().filter(|v| tiny(**v)) {
+        *v = 0.0;
+        changed += 1;
+    }
+    for bytes in t.raw_data.chunks_exact_mut(4) {
+        let v = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        if tiny(v) {
+            bytes.copy_from_slice(&0f32.to_le_bytes());
+            changed += 1;
+        }
+    }
+    changed
+}
+
+fn is_prelu(node: &NodeProto) -> bool {
+    node.op_type == "PRelu" && (node.domain.is_empty() || node.domain == "ai.onnx")
+}
+
+/// Replace every PRelu(x, slope) -> y by
+/// `y = Add(Relu(x), Mul(Min(x, 0), slope))`, in place, so the node order
+/// stays topological. How many were rewritten.
+fn rewrite_prelu(graph: &mut GraphProto) -> usize {
+    if !graph.node.iter().any(is_prelu) {
+        return 0;
+    }
+    let mut names = Names::of(graph);
+    let zero = names.fresh("face_hygiene_zero");
+    let mut nodes = vec![scalar_zero(&zero)];
+    let mut count = 0;
+    for node in std::mem::take(&mut graph.node) {
+        if is_prelu(&node) && node.input.len() == 2 && node.output.len() == 1 {
+            nodes.extend(prelu_as_relu_min(&node, &zero, &mut names));
+            count += 1;
+        } else {
+            nodes.push(node);
+        }
+    }
+    graph.node = nodes;
+    count
+}
+
+/// The four nodes that compute one PRelu.
+fn prelu_as_relu_min(prelu: &NodeProto, zero: &str, names: &mut Names) -> [NodeProto; 4] {
+    let (x, slope, y) = (&prelu.input[0], &prelu.input[1], &prelu.output[0]);
+    let base = if prelu.name.is_empty() {
+        y
+    } else {
+        &prelu.name
+    };
+    let relu = names.fresh(&format!("{base}/relu"));
+    let min = names.fresh(&format!("{base}/min"));
+    let neg = names.fresh(&format!("{base}/neg"));
+    [
+        node("Relu", &[x], &relu, &relu),
+        node("Min", &[x, zero], &min, &min),
+        node("Mul", &[&min, slope], &neg, &neg),
+        node("Add", &[&relu, &neg], y, &format!("{base}/add")),
+    ]
+}
+
+fn node(op: &str, inputs: &[&str], output: &str, name: &str) -> NodeProto {
+    NodeProto {
+        op_type: op.to_string(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.to_string()],
+        name: name.to_string(),
+        ..Default::default()
+    }
+}
+
+/// A Constant node giving a float scalar 0 (a node, not an initializer:
+/// IR versions before 4 would need every initializer among the inputs).
+fn scalar_zero(name: &str) -> NodeProto {
+    let value = TensorProto {
+        data_type: tensor_proto::DataType::Float as i32,
+        float_data: vec![0.0],
+        ..Default::default()
+    };
+    let mut n = node("Constant", &[], name, name);
+    n.attribute.push(AttributeProto {
+        name: "value".to_string(),
+        r#type: attribute_proto::AttributeType::Tensor as i32,
+        t: Some(value),
+        ..Default::default()
+    });
+    n
+}
+
+/// Every value name in the graph, so new ones never collide.
+struct Names(HashSet<String>);
+
+impl Names {
+    fn of(graph: &GraphProto) -> Self {
+        let mut set: HashSet<String> = graph
+            .node
+            .iter()
+            .flat_map(|n| n.input.iter().chain(&n.output))
+            .cloned()
+            .collect();
+        set.extend(graph.initializer.iter().map(|t| t.name.clone()));
+        set.extend(
+            graph
+                .input
+                .iter()
+                .chain(&graph.output)
+                .map(|v| v.name.clone()),
+        );
+        Names(set)
+    }
+
+    fn fresh(&mut self, wanted: &str) -> String {
+        let mut name = wanted.to_string();
+        let mut n = 1;
+        while !self.0.insert(name.clone()) {
+            name = format!("{wanted}_{n}");
+            n += 1;
+        }
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tract_onnx::pb::tensor_shape_proto::{dimension, Dimension};
+    use tract_onnx::pb::ValueInfoProto;
+    use tract_onnx::pb::{type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto};
+    use tract_onnx::prelude::*;
+
+    fn floats(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+        TensorProto {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            data_type: tensor_proto::DataType::Float as i32,
+            float_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// x [1,3,2,2] -> PRelu(x, slope [3,1,1]) -> y, at `opset`.
+    fn prelu_model(slope: &[f32], opset: i64) -> ModelProto {
+        let dims = [1, 3, 2, 2].map(|d| Dimension {
+            value: Some(dimension::Value::DimValue(d)),
+            ..Default::default()
+        });
+        let io = |name: &str| ValueInfoProto {
+            name: name.to_string(),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: tensor_proto::DataType::Float as i32,
+                    shape: Some(TensorShapeProto { dim: dims.to_vec() }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ModelProto {
+            ir_version: 7,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: opset,
+            }],
+            graph: Some(GraphProto {
+                node: vec![node("PRelu", &["x", "slope"], "y", "act")],
+                initializer: vec![floats("slope", &[3, 1, 1], slope)],
+                input: vec![io("x")],
+                output: vec![io("y")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn run(model: &ModelProto, x: &[f32]) -> Vec<f32> {
+        let m = tract_onnx::onnx().model_for_proto_model(model).unwrap();
+        let plan = m.into_optimized().unwrap().into_runnable().unwrap();
+        let input = Tensor::from_shape(&[1, 3, 2, 2], x).unwrap();
+        let out = plan.run(tvec!(input.into_tvalue())).unwrap();
+        out[0]
+            .to_plain_array_view::<f32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn tiny_weights_become_zero_wherever_they_are_stored() {
+        let mut raw = floats("raw", &[3], &[]);
+        for v in [1e-30f32, -0.5, 3e-11] {
+            raw.raw_data.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut ints = floats("ints", &[1], &[]);
+        ints.data_type = tensor_proto::DataType::Int32 as i32;
+        ints.int32_data = vec![0];
+        let mut model = prelu_model(&[1e-34, 0.25, -1e-12], 9);
+        let graph = model.graph.as_mut().unwrap();
+        graph.initializer.extend([raw, ints]);
+        let mut constant = scalar_zero("c");
+        constant.attribute[0].t.as_mut().unwrap().float_data = vec![5e-20, 1.0];
+        graph.node.insert(0, constant);
+
+        let report = clean(
+            &mut model,
+            Hygiene {
+                zero_tiny_weights: true,
+                rewrite_prelu: false,
+            },
+        );
+        assert_eq!(report.zeroed, 2 + 2 + 1);
+        assert_eq!(report.prelu_rewritten, 0);
+        let graph = model.graph.as_ref().unwrap();
+        assert_eq!(graph.initializer[0].float_data, vec![0.0, 0.25, 0.0]);
+        let raw: Vec<f32> = graph.initializer[1]
+            .raw_data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        assert_eq!(raw, vec![0.0, -0.5, 0.0]);
+        assert_eq!(
+            graph.node[0].attribute[0].t.as_ref().unwrap().float_data,
+            vec![0.0, 1.0]
+        );
+    }
+
+    #[test]
+    fn prelu_rewrite_is_bit_exact() {
+        let slope = [0.25, -1.5, 0.0];
+        let mut x: Vec<f32> = (0..12).map(|i| (i as f32 - 5.5) * 0.37).collect();
+        x[0] = 0.0;
+        x[1] = -0.0;
+        let before = prelu_model(&slope, 9);
+        let mut after = before.clone();
+        let report = clean(&mut after, Hygiene::default());
+        assert_eq!(report.prelu_rewritten, 1);
+        let ops: Vec<&str> = after
+            .graph
+            .as_ref()
+            .unwrap()
+            .node
+            .iter()
+            .map(|n| n.op_type.as_str())
+            .collect();
+        assert_eq!(ops, ["Constant", "Relu", "Min", "Mul", "Add"]);
+        let (a, b) = (run(&before, &x), run(&after, &x));
+        for (p, q) in a.iter().zip(&b) {
+            assert!(p == q, "{a:?} != {b:?}");
+        }
+    }
+
+    #[test]
+    fn old_opsets_keep_their_prelu() {
+        let mut model = prelu_model(&[0.25, 0.5, 1.0], 7);
+        let report = clean(&mut model, Hygiene::default());
+        assert_eq!(report.prelu_rewritten, 0);
+        assert!(report.skipped.unwrap().contains("opset 7"));
+        assert_eq!(model.graph.unwrap().node.len(), 1);
+    }
+
+    #[test]
+    fn new_names_never_collide() {
+        let mut model = prelu_model(&[0.25, 0.5, 1.0], 9);
+        let graph = model.graph.as_mut().unwrap();
+        graph.node[0].output = vec!["act/relu".into()];
+        graph.output[0].name = "act/relu".into();
+        clean(&mut model, Hygiene::default());
+        let graph = model.graph.unwrap();
+        let outputs: Vec<&String> = graph.node.iter().flat_map(|n| &n.output).collect();
+        let unique: HashSet<&&String> = outputs.iter().collect();
+        assert_eq!(unique.len(), outputs.len(), "{outputs:?}");
+        assert_eq!(graph.node.last().unwrap().output[0], "act/relu");
+    }
+}

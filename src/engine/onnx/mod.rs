@@ -1,0 +1,324 @@
+//! The ONNX engine: a bring-your-own detector, landmark model and embedder,
+//! run by onnxruntime (default) or tract (pure Rust), each model cleaned at
+//! load (hygiene.rs). OpenCV does the image work (resize, crop, alignment
+//! warp). Matching is by cosine: `distance = 1 - cosine`.
+//!
+//! Detector family understood: UltraFace / RFB ("ultraface"): one input
+//! 1x3xHxW, outputs scores [1,N,2] and boxes [1,N,4] (corner form, 0..1).
+//! It gives no landmarks, so a 68-point `landmark_model` (grey 64x64 crop of
+//! the box, /256, output 136 values relative to the box) provides them.
+
+mod hygiene;
+mod net;
+pub mod onnxruntime;
+mod ops;
+mod settings;
+
+use std::path::Path;
+
+use opencv::core::{Mat, Scalar, Size, BORDER_CONSTANT};
+use opencv::imgproc;
+use opencv::prelude::*;
+use tract_onnx::prelude::*;
+
+use super::fpu::FlushDenormals;
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
+use crate::pipeline::{BoxPx, Face, Frame, Metric};
+use net::{load_net, model_file, view, Net, RuntimeChoice};
+use ops::{frame_mat, l2_normalize, nms, resize, to_tensor};
+
+pub use hygiene::Hygiene;
+pub use net::run_model;
+pub use settings::{Normalize, OnnxSettings, Runtime};
+
+pub struct OnnxEngine {
+    settings: OnnxSettings,
+    detector: Net,
+    landmarks: Option<Net>,
+    embedder: Net,
+    embedding_len: usize,
+}
+
+// tract plans are plain Rust data: the compiler proves the engine can move
+// to an instance's thread (`Engine: Send`), no `unsafe impl` needed.
+const _: fn() = || {
+    fn must_be_send<T: Send>() {}
+    must_be_send::<OnnxEngine>();
+};
+
+impl OnnxEngine {
+    pub fn load(settings: &OnnxSettings) -> Result<Self> {
+        let runtime = RuntimeChoice::of(settings)?;
+        let detector = load_net(
+            "detector_model",
+            model_file("detector_model", &settings.detector_model)?,
+            settings.detector_size,
+            &runtime,
+            settings.hygiene,
+        )?;
+        let landmarks = match &settings.landmark_model {
+            Some(p) => Some(load_net(
+                "landmark_model",
+                model_file("landmark_model", p)?,
+                None,
+                &runtime,
+                settings.hygiene,
+            )?),
+            None => return Err(Error::invalid(
+                "the ultraface detector gives no landmarks: set the `landmark_model` parameter \
+                     (a 68-point model) so faces can be aligned",
+            )),
+        };
+        let embedder = load_net(
+            "embedder_model",
+            model_file("embedder_model", &settings.embedder_model)?,
+            None,
+            &runtime,
+            settings.hygiene,
+        )?;
+        // One dry run tells the embedding length.
+        let probe =
+            Tensor::zero::<f32>(&[1, embedder.shape[1], embedder.shape[2], embedder.shape[3]])
+                .map_err(|e| Error::internal(e.to_string()))?;
+        let out = embedder.run(probe)?;
+        let embedding_len = view(&out, 0)?.len();
+        Ok(OnnxEngine {
+            settings: settings.clone(),
+            detector,
+            landmarks,
+            embedder,
+            embedding_len,
+        })
+    }
+
+    fn detect(&self, frame: &Frame, image: &Mat) -> Result<Vec<(BoxPx, f32)>> {
+        let (w, h) = self
+            .settings
+            .detector_size
+            .unwrap_or((self.detector.shape[3], self.detector.shape[2]));
+        let input = to_tensor(&[resize(image, w, h)?], self.settings.detector_norm)?;
+        let out = self.detector.run(input)?;
+        let (scores, boxes) = (view(&out, 0)?, view(&out, 1)?);
+        let n = scores.len() / 2;
+        if boxes.len() != n * 4 {
+            return Err(Error::internal(
+                "detector outputs do not match (scores [1,N,2], boxes [1,N,4])",
+            ));
+        }
+        let scores = scores
+            .as_slice()
+            .map(<[f32]>::to_vec)
+            .unwrap_or_else(|| scores.iter().copied().collect());
+        let boxes: Vec<f32> = boxes.iter().copied().collect();
+        let (fw, fh) = (frame.width as f32, frame.height as f32);
+        let mut found: Vec<(BoxPx, f32)> = (0..n)
+            .filter(|&i| scores[2 * i + 1] >= self.settings.score_threshold)
+            .map(|i| {
+                let b = &boxes[4 * i..4 * i + 4];
+                (
+                    BoxPx {
+                        left: b[0] * fw,
+                        top: b[1] * fh,
+                        right: b[2] * fw,
+                        bottom: b[3] * fh,
+                    },
+                    scores[2 * i + 1],
+                )
+            })
+            .collect();
+        found.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(nms(found, self.settings.nms_iou))
+    }
+
+    /// 68 points for a box, from the landmark model (grey 64x64 crop, /256).
+    fn landmarks(&self, net: &Net, grey: &Mat, b: &BoxPx) -> Result<[[f32; 2]; 5]> {
+        let (iw, ih) = (grey.cols() as f32, grey.rows() as f32);
+        let left = b.left.clamp(0.0, iw - 1.0);
+        let top = b.top.clamp(0.0, ih - 1.0);
+        let right = b.right.clamp(left + 1.0, iw);
+        let bottom = b.bottom.clamp(top + 1.0, ih);
+        let rect = opencv::core::Rect::new(
+            left as i32,
+            top as i32,
+            (right - left) as i32,
+            (bottom - top) as i32,
+        );
+        let crop = Mat::roi(grey, rect)?;
+        let (w, h) = (net.shape[3], net.shape[2]);
+        let mut small = Mat::default();
+        imgproc::resize(
+            &crop,
+            &mut small,
+            Size::new(w as i32, h as i32),
+            0.0,
+            0.0,
+            imgproc::INTER_LINEAR,
+        )?;
+        let data: Vec<f32> = small
+            .data_bytes()?
+            .iter()
+            .map(|v| *v as f32 / 256.0)
+            .collect();
+        let input =
+            Tensor::from_shape(&[1, 1, h, w], &data).map_err(|e| Error::internal(e.to_string()))?;
+        let out = net.run(input)?;
+        let values: Vec<f32> = view(&out, 0)?.iter().copied().collect();
+        if values.len() != 136 {
+            return Err(Error::internal(format!(
+                "landmark model gave {} values, expected 136 (68 points)",
+                values.len()
+            )));
+        }
+        let (bw, bh) = (rect.width as f32, rect.height as f32);
+        let points: Vec<[f32; 2]> = values
+            .chunks_exact(2)
+            .map(|p| [p[0] * bw + rect.x as f32, p[1] * bh + rect.y as f32])
+            .collect();
+        five_from_68(&points)
+    }
+
+    /// The aligned chip (embedder input size) of one face.
+    fn align(&self, image: &Mat, five: &[[f32; 2]; 5]) -> Result<Mat> {
+        let (w, h) = (self.embedder.shape[3], self.embedder.shape[2]);
+        // Reference points are for 112x112; scale them to the embedder's size.
+        let (sx, sy) = (w as f32 / 112.0, h as f32 / 112.0);
+        let reference: Vec<[f32; 2]> = ARCFACE_112.iter().map(|p| [p[0] * sx, p[1] * sy]).collect();
+        let m = similarity(five, &reference)?;
+        let matrix = Mat::from_slice_2d(&[m[0].to_vec(), m[1].to_vec()])?;
+        let mut chip = Mat::default();
+        imgproc::warp_affine(
+            image,
+            &mut chip,
+            &matrix,
+            Size::new(w as i32, h as i32),
+            imgproc::INTER_LINEAR,
+            BORDER_CONSTANT,
+            Scalar::default(),
+        )?;
+        Ok(chip)
+    }
+
+    fn embed(&self, chips: &[Mat]) -> Result<Vec<Vec<f32>>> {
+        let norm = self.settings.embedder_norm;
+        let run = |batch: &[Mat]| -> Result<Vec<Vec<f32>>> {
+            let out = self.embedder.run(to_tensor(batch, norm)?)?;
+            let flat: Vec<f32> = view(&out, 0)?.iter().copied().collect();
+            if flat.len() != batch.len() * self.embedding_len {
+                return Err(Error::internal(
+                    "embedder output size does not match its batch",
+                ));
+            }
+            Ok(flat
+                .chunks_exact(self.embedding_len)
+                .map(l2_normalize)
+                .collect())
+        };
+        if self.embedder.batch_free {
+            run(chips)
+        } else {
+            chips
+                .chunks(1)
+                .map(run)
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.concat())
+        }
+    }
+
+    fn analyze_one(&mut self, frame: &Frame, max_faces: usize) -> Result<Vec<Face>> {
+        let image = frame_mat(frame)?;
+        let found = self.detect(frame, &image)?;
+        if found.len() > max_faces {
+            return Err(Error::invalid(format!(
+                "found {} faces, more than max_faces_per_image = {max_faces}",
+                found.len()
+            )));
+        }
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut grey = Mat::default();
+        imgproc::cvt_color(&image, &mut grey, imgproc::COLOR_RGB2GRAY, 0)?;
+        let net = self.landmarks.as_ref().expect("checked at load");
+        let mut faces = Vec::with_capacity(found.len());
+        let mut chips = Vec::with_capacity(found.len());
+        for (bbox, score) in found {
+            let five = self.landmarks(net, &grey, &bbox)?;
+            chips.push(self.align(&image, &five)?);
+            faces.push(Face {
+                bbox,
+                score: Some(score),
+                landmarks: five,
+                embedding: Vec::new(),
+            });
+        }
+        for (face, embedding) in faces.iter_mut().zip(self.embed(&chips)?) {
+            face.embedding = embedding;
+        }
+        Ok(faces)
+    }
+}
+
+impl OnnxEngine {
+    /// What the load-time cleaning did, model by model.
+    fn describe_hygiene(&self) -> String {
+        let h = self.settings.hygiene;
+        if !h.zero_tiny_weights && !h.rewrite_prelu {
+            return "; model hygiene off".to_string();
+        }
+        let mut nets = vec![("detector", &self.detector)];
+        nets.extend(self.landmarks.as_ref().map(|n| ("landmarks", n)));
+        nets.push(("embedder", &self.embedder));
+        let parts: Vec<String> = nets
+            .iter()
+            .map(|(what, net)| format!("{what}: {}", net.cleaned.describe()))
+            .collect();
+        format!("; model hygiene: {}", parts.join("; "))
+    }
+}
+
+impl Engine for OnnxEngine {
+    fn name(&self) -> &str {
+        "onnx"
+    }
+    fn metric(&self) -> Metric {
+        Metric::Cosine
+    }
+    fn describe(&self) -> String {
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        format!(
+            "onnx ({}; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d, {})",
+            self.settings.runtime.name(),
+            name(&self.settings.detector_model),
+            self.detector.shape[3],
+            self.detector.shape[2],
+            self.settings
+                .landmark_model
+                .as_deref()
+                .map(name)
+                .unwrap_or_default(),
+            name(&self.settings.embedder_model),
+            self.embedding_len,
+            if self.embedder.batch_free {
+                "faces batched"
+            } else {
+                "one face per run"
+            }
+        ) + &self.describe_hygiene()
+    }
+    fn embedding_len(&self) -> usize {
+        self.embedding_len
+    }
+    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>> {
+        let _flush = FlushDenormals::new(self.settings.flush_denormals);
+        frames
+            .iter()
+            .map(|f| self.analyze_one(f, max_faces))
+            .collect()
+    }
+}

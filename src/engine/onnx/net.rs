@@ -1,0 +1,197 @@
+//! One ONNX model loaded into its runtime (tract or onnxruntime), and run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tract_onnx::prelude::*;
+
+use prost::Message;
+
+use super::hygiene::{self, Hygiene, Report};
+use super::onnxruntime::{library_path, OrtNet};
+use super::settings::{OnnxSettings, Runtime};
+use crate::error::{Error, Result};
+
+type Plan = Arc<TypedRunnableModel>;
+
+/// A loaded model in the runtime that runs it.
+pub(super) enum Runner {
+    Tract(Plan),
+    Ort(OrtNet),
+}
+
+pub(super) struct Net {
+    runner: Runner,
+    /// Input shape, batch first; `batch_free` when the batch dim is symbolic.
+    pub(super) shape: Vec<usize>,
+    pub(super) batch_free: bool,
+    /// What hygiene did to it, for the load log.
+    pub(super) cleaned: Report,
+}
+
+/// The model file a parameter names; a missing one fails the load naming the
+/// parameter and the path (relative values are in the version folder).
+pub(super) fn model_file<'a>(key: &str, path: &'a Path) -> Result<&'a Path> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::unavailable(format!(
+            "model parameter `{key}`: file {} not found (relative paths are resolved against \
+             the model's version folder)",
+            path.display()
+        )))
+    }
+}
+
+/// Load, clean (hygiene.rs), type, optimize and plan a model once. `size`
+/// fixes the input's height and width (for models whose spatial dims are
+/// free).
+pub(super) fn load_net(
+    what: &str,
+    path: &Path,
+    size: Option<(usize, usize)>,
+    runtime: &RuntimeChoice,
+    hygiene: Hygiene,
+) -> Result<Net> {
+    let fail = |e: TractError| {
+        Error::unavailable(format!(
+            "{what} {}: not a loadable ONNX model: {e:#}",
+            path.display()
+        ))
+    };
+    let onnx = tract_onnx::onnx();
+    let mut proto = onnx.proto_model_for_path(path).map_err(fail)?;
+    let external = hygiene::has_external_data(&proto);
+    let cleaned = if external {
+        Report {
+            skipped: Some("weights in external data files: model used as is".into()),
+            ..Report::default()
+        }
+    } else {
+        hygiene::clean(&mut proto, hygiene)
+    };
+    let dir = path.parent().and_then(Path::to_str);
+    let parsed = onnx.parse(&proto, dir).map_err(fail)?;
+    let mut model = parsed.model;
+    if let Some((w, h)) = size {
+        let fact = InferenceFact::dt_shape(f32::datum_type(), tvec![1, 3, h, w]);
+        model.set_input_fact(0, fact).map_err(fail)?;
+    }
+    let typed = model.into_typed().map_err(fail)?;
+    let (shape, batch_free) = input_shape(what, path, &typed)?;
+    let runner = match runtime {
+        RuntimeChoice::Tract => Runner::Tract(
+            typed
+                .into_optimized()
+                .map_err(fail)?
+                .into_runnable()
+                .map_err(fail)?,
+        ),
+        // onnxruntime reads external data relative to the file, so such a
+        // model is loaded from its path; every other one from the cleaned bytes.
+        RuntimeChoice::Ort { library, threads } if external => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
+            Runner::Ort(OrtNet::load(what, &bytes, library, *threads)?)
+        }
+        RuntimeChoice::Ort { library, threads } => Runner::Ort(OrtNet::load(
+            what,
+            &proto.encode_to_vec(),
+            library,
+            *threads,
+        )?),
+    };
+    Ok(Net {
+        runner,
+        shape,
+        batch_free,
+        cleaned,
+    })
+}
+
+/// The input's NCHW shape (batch 1 when free) and whether the batch is free;
+/// C, H and W must be fixed.
+fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<(Vec<usize>, bool)> {
+    let fact = typed
+        .input_fact(0)
+        .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
+    let dims: Vec<Option<usize>> = fact
+        .shape
+        .iter()
+        .map(|d| d.to_i64().ok().map(|v| v as usize))
+        .collect();
+    if dims.len() != 4 || dims[1..].iter().any(Option::is_none) {
+        return Err(Error::unavailable(format!(
+            "{what} {}: expected one NCHW input with fixed C, H, W; got {:?}",
+            path.display(),
+            fact.shape
+        )));
+    }
+    let shape = dims.iter().map(|d| d.unwrap_or(1)).collect();
+    Ok((shape, dims[0].is_none()))
+}
+
+/// The runtime a model is loaded into, resolved (library found) once.
+pub(super) enum RuntimeChoice {
+    Tract,
+    Ort { library: PathBuf, threads: usize },
+}
+
+impl RuntimeChoice {
+    pub(super) fn of(settings: &OnnxSettings) -> Result<Self> {
+        Ok(match settings.runtime {
+            Runtime::Tract => RuntimeChoice::Tract,
+            Runtime::OnnxRuntime => RuntimeChoice::Ort {
+                library: library_path(settings.onnxruntime_library.as_deref())?,
+                threads: settings.intra_op_threads,
+            },
+        })
+    }
+}
+
+impl Net {
+    pub(super) fn run(&self, input: Tensor) -> Result<TVec<TValue>> {
+        match &self.runner {
+            Runner::Tract(plan) => plan
+                .run(tvec!(input.into_tvalue()))
+                .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}"))),
+            Runner::Ort(net) => net.run(input),
+        }
+    }
+}
+
+/// Run one model on one raw f32 input (as the engine loads it: cleaned,
+/// typed, optimized, planned by tract): every output's shape and values. For tools and the
+/// parity test against onnxruntime.
+pub fn run_model(
+    path: &Path,
+    input: &[f32],
+    shape: &[usize],
+) -> Result<Vec<(Vec<usize>, Vec<f32>)>> {
+    let net = load_net(
+        "model",
+        path,
+        None,
+        &RuntimeChoice::Tract,
+        Hygiene::default(),
+    )?;
+    let tensor = Tensor::from_shape(shape, input).map_err(|e| Error::invalid(e.to_string()))?;
+    let outputs = net.run(tensor)?;
+    (0..outputs.len())
+        .map(|i| {
+            let v = view(&outputs, i)?;
+            Ok((v.shape().to_vec(), v.iter().copied().collect()))
+        })
+        .collect()
+}
+
+pub(super) fn view<'a>(
+    outputs: &'a TVec<TValue>,
+    index: usize,
+) -> Result<tract_ndarray::ArrayViewD<'a, f32>> {
+    outputs
+        .get(index)
+        .ok_or_else(|| Error::internal(format!("model has no output {index}")))?
+        .to_plain_array_view::<f32>()
+        .map_err(|e| Error::internal(format!("output {index} is not f32: {e}")))
+}

@@ -1,0 +1,117 @@
+//! The image and vector work around the models: frame to OpenCV, resize,
+//! pixels to an NCHW tensor, L2 normalization, non-maximum suppression.
+
+use opencv::core::{Mat, Size};
+use opencv::imgproc;
+use opencv::prelude::*;
+use tract_onnx::prelude::*;
+
+use super::settings::Normalize;
+use crate::error::{Error, Result};
+use crate::pipeline::{BoxPx, Frame};
+
+/// The frame as an OpenCV RGB image (a copy: OpenCV wants its own buffer).
+pub(super) fn frame_mat(frame: &Frame) -> Result<Mat> {
+    let flat =
+        Mat::new_rows_cols_with_data(frame.height as i32, frame.width as i32 * 3, &frame.rgb)?;
+    Ok(flat.reshape(3, frame.height as i32)?.try_clone()?)
+}
+
+pub(super) fn resize(image: &Mat, w: usize, h: usize) -> Result<Mat> {
+    let mut out = Mat::default();
+    imgproc::resize(
+        image,
+        &mut out,
+        Size::new(w as i32, h as i32),
+        0.0,
+        0.0,
+        imgproc::INTER_LINEAR,
+    )?;
+    Ok(out)
+}
+
+/// RGB images of one size into an NCHW f32 tensor.
+pub(super) fn to_tensor(images: &[Mat], norm: Normalize) -> Result<Tensor> {
+    let (w, h) = (images[0].cols() as usize, images[0].rows() as usize);
+    let plane = w * h;
+    let mut data = vec![0f32; images.len() * 3 * plane];
+    for (n, img) in images.iter().enumerate() {
+        let px = img.data_bytes()?;
+        let base = n * 3 * plane;
+        for i in 0..plane {
+            for c in 0..3 {
+                let src = if norm.rgb { c } else { 2 - c };
+                data[base + c * plane + i] = (px[3 * i + src] as f32 - norm.mean) * norm.scale;
+            }
+        }
+    }
+    Tensor::from_shape(&[images.len(), 3, h, w], &data).map_err(|e| Error::internal(e.to_string()))
+}
+
+pub(super) fn l2_normalize(v: &[f32]) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter().map(|x| x / norm).collect()
+    } else {
+        v.to_vec()
+    }
+}
+
+fn iou(a: &BoxPx, b: &BoxPx) -> f32 {
+    let w = (a.right.min(b.right) - a.left.max(b.left)).max(0.0);
+    let h = (a.bottom.min(b.bottom) - a.top.max(b.top)).max(0.0);
+    let inter = w * h;
+    let area = |r: &BoxPx| (r.right - r.left).max(0.0) * (r.bottom - r.top).max(0.0);
+    let union = area(a) + area(b) - inter;
+    if union > 0.0 {
+        inter / union
+    } else {
+        0.0
+    }
+}
+
+/// Greedy non-maximum suppression over boxes sorted by descending score.
+pub fn nms(sorted: Vec<(BoxPx, f32)>, max_iou: f32) -> Vec<(BoxPx, f32)> {
+    let mut kept: Vec<(BoxPx, f32)> = Vec::new();
+    for candidate in sorted {
+        if kept.iter().all(|k| iou(&k.0, &candidate.0) <= max_iou) {
+            kept.push(candidate);
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(l: f32, t: f32, r: f32, bo: f32) -> BoxPx {
+        BoxPx {
+            left: l,
+            top: t,
+            right: r,
+            bottom: bo,
+        }
+    }
+
+    #[test]
+    fn nms_keeps_the_best_of_overlapping_boxes() {
+        let boxes = vec![
+            (b(0.0, 0.0, 10.0, 10.0), 0.9),
+            (b(1.0, 1.0, 11.0, 11.0), 0.8),
+            (b(20.0, 20.0, 30.0, 30.0), 0.7),
+        ];
+        let kept = nms(boxes, 0.3);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].1, 0.9);
+        assert_eq!(kept[1].1, 0.7);
+        assert_eq!(iou(&b(0.0, 0.0, 1.0, 1.0), &b(5.0, 5.0, 6.0, 6.0)), 0.0);
+    }
+
+    #[test]
+    fn l2_normalized() {
+        let v = l2_normalize(&[3.0, 4.0]);
+        assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
+        assert_eq!(l2_normalize(&[0.0, 0.0]), vec![0.0, 0.0]);
+    }
+}

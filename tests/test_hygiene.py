@@ -1,0 +1,60 @@
+"""Model hygiene at load (src/engine/onnx/hygiene.rs) changes speed, not answers: the ONNX engine
+with its defaults (tiny weights zeroed, PRelu rewritten, denormals flushed) and the same models
+untouched (all three parameters false) give the same faces, names and distances (within 1e-4) on
+real photos, on both runtimes; the load log says what the cleaning did."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from face_client import infer_encoded
+
+UNTOUCHED = {"zero_tiny_weights": "false", "rewrite_prelu": "false", "flush_denormals": "false"}
+PHOTOS = ("obama2.jpg", "obama3.jpg", "biden.jpg", "noface.jpg", "32bit.png")
+TOLERANCE = 1e-4
+pytestmark = pytest.mark.engines("onnx", "onnx-tract")
+
+
+@pytest.fixture(scope="module")
+def cleaned(start_module_server):
+    return start_module_server()
+
+
+@pytest.fixture(scope="module")
+def untouched(start_module_server):
+    return start_module_server(params=UNTOUCHED)
+
+
+def hygiene_line(server) -> str:
+    found = re.search(r"model hygiene[^\n]*", server.log_text())
+    assert found, f"no model hygiene in the load log:\n{server.log_tail()}"
+    return found.group(0)
+
+
+def test_load_log_says_what_was_cleaned(cleaned, untouched):
+    line = hygiene_line(cleaned)
+    counts = dict(
+        (role, (int(zeroed), int(prelu)))
+        for role, zeroed, prelu in re.findall(
+            r"(detector|landmarks|embedder): (\d+) tiny weights zeroed, (\d+) PRelu rewritten", line
+        )
+    )
+    assert set(counts) == {"detector", "landmarks", "embedder"}, line
+    # Measured on the sample models: the embedder holds ~200,000 denormal weights and PRelus.
+    assert counts["embedder"][0] > 100_000 and counts["embedder"][1] > 0, line
+    assert counts["landmarks"][0] > 0, line
+    assert hygiene_line(untouched).startswith("model hygiene off;"), hygiene_line(untouched)
+
+
+@pytest.mark.parametrize("photo", PHOTOS)
+def test_same_answers_with_and_without_hygiene(cleaned, untouched, photos, photo):
+    [a] = infer_encoded(cleaned.http(), [photos.bytes(photo)])
+    [b] = infer_encoded(untouched.http(), [photos.bytes(photo)])
+    assert len(a["faces"]) == len(b["faces"]), (a, b)
+    for fa, fb in zip(a["faces"], b["faces"]):
+        assert fa["name"] == fb["name"], (fa, fb)
+        assert abs(fa["distance"] - fb["distance"]) <= TOLERANCE, (fa, fb)
+        for side in ("left", "top", "right", "bottom"):
+            assert abs(fa["box"][side] - fb["box"][side]) <= 1, (fa["box"], fb["box"])
