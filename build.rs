@@ -106,21 +106,54 @@ fn generate_api(header: &str, group: &ApiGroup, out: &Path) {
         .expect("cannot write Triton bindings");
 }
 
+/// Whether the dlib shim is compiled for AVX2+FMA: `FACE_SIMD=avx2` or
+/// `baseline`; unset or `auto`: when the building CPU has both (as dlib's own
+/// CMake build decides). The engine refuses to load on a CPU without them.
+fn dlib_avx2() -> bool {
+    println!("cargo:rerun-if-env-changed=FACE_SIMD");
+    let target_x86 = env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64");
+    match env::var("FACE_SIMD").as_deref() {
+        Ok("avx2") => true,
+        Ok("baseline") => false,
+        Ok("auto") | Err(_) => target_x86 && host_has_avx2(),
+        Ok(other) => panic!("FACE_SIMD must be auto, avx2 or baseline, not {other:?}"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_has_avx2() -> bool {
+    false
+}
+
 /// Compiles our C++ fence around dlib (src/engine/dlib/shim.cpp), links it
 /// with the system dlib and BLAS/LAPACK, and generates its Rust bindings.
 fn build_dlib_shim() {
     let dir = "src/engine/dlib";
     println!("cargo:rerun-if-changed={dir}/shim.cpp");
     println!("cargo:rerun-if-changed={dir}/shim.h");
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
         .file(format!("{dir}/shim.cpp"))
         .flag("-std=c++14")
         // dlib's headers are noisy; our own code is small and reviewed.
         .warnings(false)
         // A second dlib::fatal_error must not abort the process (see shim.cpp).
-        .define("DLIB_NO_ABORT_ON_2ND_FATAL_ERROR", None)
-        .compile("triton_face_dlib_shim");
+        .define("DLIB_NO_ABORT_ON_2ND_FATAL_ERROR", None);
+    println!("cargo:rustc-check-cfg=cfg(face_dlib_avx2)");
+    if dlib_avx2() {
+        // dlib's HOG scan, shape predictor and chip extraction are header
+        // templates compiled here; dlib picks their SIMD paths from these
+        // macros (Debian's libdlib itself is baseline x86-64).
+        build.flag("-mavx2").flag("-mfma");
+        println!("cargo:rustc-cfg=face_dlib_avx2");
+    }
+    build.compile("triton_face_dlib_shim");
     for lib in ["dlib", "openblas", "lapack"] {
         println!("cargo:rustc-link-lib={lib}");
     }

@@ -24,7 +24,7 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde_json::{json, Map, Value};
 use triton_face::backend::config::{EngineKind, Settings};
-use triton_face::engine::dlib::{DetectorKind, DlibEngine};
+use triton_face::engine::dlib::{DlibEngine, DlibSettings};
 use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
@@ -134,7 +134,7 @@ fn bench_dlib(c: &mut Criterion) {
     let weights = input_path("FACE_WEIGHTS", "assets/dlib");
     let photo = input_path("FACE_BENCH_PHOTO", "assets/photos/obama_640x480.jpg");
     let jpeg = std::fs::read(&photo).expect("read the bench photo");
-    let mut engine = DlibEngine::load(&weights, DetectorKind::Hog, 0)
+    let mut engine = DlibEngine::load(&weights, DlibSettings::default())
         .unwrap_or_else(|e| panic!("load dlib weights from {}: {e:?}", weights.display()));
     let frame = prepare(&mut engine, &jpeg, &photo, MAX_FACES);
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::backend::parameters::{self, Draft, PARAMETERS};
-use crate::engine::dlib::DetectorKind;
+use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
 use crate::gpu::Capability;
@@ -21,9 +21,8 @@ pub use crate::engine::EngineKind;
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub engine: EngineKind,
-    pub detector: DetectorKind,
-    /// Smallest image side the dlib CNN detector runs on (0: every image).
-    pub cnn_min_side: u32,
+    /// The dlib engine's detector, upsampling and BLAS threads.
+    pub dlib: DlibSettings,
     /// Absolute: relative values are resolved against the model directory.
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
@@ -272,8 +271,7 @@ impl Settings {
     fn unset(version_dir: &Path) -> Self {
         Settings {
             engine: EngineKind::Dlib,
-            detector: DetectorKind::Hog,
-            cnn_min_side: 0,
+            dlib: DlibSettings::default(),
             weights_dir: PathBuf::new(),
             gallery_dir: PathBuf::new(),
             pixel_format: PixelFormat::Rgb,
@@ -314,6 +312,7 @@ impl Settings {
 mod tests {
     use super::*;
     use crate::backend::parameters::Kind;
+    use crate::engine::dlib::DetectorKind;
     use crate::error::ErrorKind;
     use serde_json::json;
 
@@ -333,8 +332,8 @@ mod tests {
     fn defaults() {
         let s = load(&json!({})).unwrap();
         assert_eq!(s.engine, EngineKind::Dlib);
-        assert_eq!(s.detector, DetectorKind::Hog);
-        assert_eq!(s.cnn_min_side, 32);
+        assert_eq!(s.dlib.detector, DetectorKind::Hog);
+        assert_eq!(s.dlib.cnn_min_side, 32);
         assert_eq!(s.weights_dir, Path::new("/m/weights"));
         assert_eq!(s.gallery_dir, Path::new("/m/gallery"));
         assert_eq!(s.pixel_format, PixelFormat::Rgb);
@@ -378,7 +377,7 @@ mod tests {
             Path::new("/m/1"),
         )
         .unwrap();
-        assert_eq!(s.detector, DetectorKind::Cnn);
+        assert_eq!(s.dlib.detector, DetectorKind::Cnn);
         assert_eq!(s.weights_dir, Path::new("/abs/w"));
         assert_eq!(s.gallery_dir, Path::new("/m/g2"));
         assert_eq!(s.pixel_format, PixelFormat::Bgr);

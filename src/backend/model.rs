@@ -24,13 +24,7 @@ pub struct ModelState {
 
 /// The engine a model's settings ask for, with its weights loaded.
 pub fn new_engine(s: &Settings) -> Result<Box<dyn Engine>> {
-    crate::engine::load(
-        s.engine,
-        &s.weights_dir,
-        s.detector,
-        s.cnn_min_side,
-        &s.onnx,
-    )
+    crate::engine::load(s.engine, &s.weights_dir, s.dlib, &s.onnx)
 }
 
 /// The engine's usual same-person threshold when the config sets none.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use crate::backend::config::{EngineKind, Settings};
-use crate::engine::dlib::DetectorKind;
+use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};
 use crate::pipeline::image::PixelFormat;
@@ -184,7 +184,7 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning:
             "dlib detector: `hog` (fast, frontal) or `cnn` (dlib MMOD, slower on CPU, more poses)",
         section: Section::General,
-        apply: |d, v| DetectorKind::parse(v).map(|k| d.settings.detector = k),
+        apply: |d, v| DetectorKind::parse(v).map(|k| d.settings.dlib.detector = k),
     },
     Parameter {
         name: "cnn_min_side",
@@ -193,7 +193,30 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning: "dlib CNN detector: an image with a side shorter than this gets no faces without \
                   running the network; `0` runs it on every image",
         section: Section::General,
-        apply: |d, v| unsigned(v).map(|n| d.settings.cnn_min_side = n),
+        apply: |d, v| unsigned(v).map(|n| d.settings.dlib.cnn_min_side = n),
+    },
+    Parameter {
+        name: "upsample",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("0"),
+        meaning: "dlib detector (HOG and CNN): double the image this many times before \
+                  detection, 0 to 3: finds faces down to half, a quarter... the size; each step \
+                  quadruples the detector's work",
+        section: Section::General,
+        apply: |d, v| {
+            unsigned(v)
+                .filter(|n| *n <= MAX_UPSAMPLE)
+                .map(|n| d.settings.dlib.upsample = n)
+        },
+    },
+    Parameter {
+        name: "blas_threads",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1"),
+        meaning: "dlib engine: OpenBLAS threads for the CPU networks, for the whole process (the \
+                  first dlib model loaded sets it); Triton instances give the parallelism",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.settings.dlib.blas_threads = n),
     },
     Parameter {
         name: "weights_dir",

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::pipeline::{Face, Frame, Metric};
-use dlib::{DetectorKind, DlibEngine};
+use dlib::{DlibEngine, DlibSettings};
 use onnx::{OnnxEngine, OnnxSettings};
 
 /// Which engine a model runs.
@@ -24,13 +24,12 @@ pub enum EngineKind {
 pub fn load(
     kind: EngineKind,
     weights_dir: &Path,
-    detector: DetectorKind,
-    cnn_min_side: u32,
+    dlib: DlibSettings,
     onnx: &OnnxSettings,
 ) -> Result<Box<dyn Engine>> {
     Ok(match kind {
         EngineKind::Onnx => Box::new(OnnxEngine::load(onnx)?),
-        EngineKind::Dlib => Box::new(DlibEngine::load(weights_dir, detector, cnn_min_side)?),
+        EngineKind::Dlib => Box::new(DlibEngine::load(weights_dir, dlib)?),
     })
 }
 

@@ -13,6 +13,7 @@ use super::require_file;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Face, Frame, Metric};
+pub use shim::MAX_UPSAMPLE;
 use shim::{Detector, Encoder, Image, Predictor, Rect, Shape};
 
 pub const RESNET_FILE: &str = "dlib_face_recognition_resnet_model_v1.dat";
@@ -39,10 +40,34 @@ impl DetectorKind {
     }
 }
 
-pub struct DlibEngine {
-    kind: DetectorKind,
+/// How the dlib engine runs (model parameters `detector`, `cnn_min_side`,
+/// `upsample`, `blas_threads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DlibSettings {
+    pub detector: DetectorKind,
     /// CNN only: smaller images get no faces without running it (0: never).
-    cnn_min_side: u32,
+    /// Compared with the upsampled size.
+    pub cnn_min_side: u32,
+    /// Times the image is doubled before detection (finds smaller faces).
+    pub upsample: u32,
+    /// OpenBLAS threads, process-wide (see shim::set_blas_threads).
+    pub blas_threads: usize,
+}
+
+impl Default for DlibSettings {
+    fn default() -> Self {
+        DlibSettings {
+            detector: DetectorKind::Hog,
+            cnn_min_side: DEFAULT_CNN_MIN_SIDE,
+            upsample: 0,
+            blas_threads: 1,
+        }
+    }
+}
+
+pub struct DlibEngine {
+    settings: DlibSettings,
+    blas_threads: usize,
     detector: Detector,
     predictor: Predictor,
     encoder: Encoder,
@@ -56,14 +81,22 @@ const _: () = {
 
 impl DlibEngine {
     /// Load the weights from `dir`; a missing or unreadable file names itself.
-    pub fn load(dir: &Path, kind: DetectorKind, cnn_min_side: u32) -> Result<Self> {
-        let detector = match kind {
+    pub fn load(dir: &Path, settings: DlibSettings) -> Result<Self> {
+        check_cpu()?;
+        if settings.upsample > MAX_UPSAMPLE {
+            return Err(Error::invalid(format!(
+                "upsample = {} is more than {MAX_UPSAMPLE} (each step quadruples the pixels \
+                 scanned)",
+                settings.upsample
+            )));
+        }
+        let detector = match settings.detector {
             DetectorKind::Hog => Detector::hog()?,
             DetectorKind::Cnn => Detector::cnn(&require_file(dir, MMOD_FILE)?)?,
         };
         Ok(DlibEngine {
-            kind,
-            cnn_min_side,
+            settings,
+            blas_threads: shim::set_blas_threads(settings.blas_threads),
             detector,
             predictor: Predictor::load(&require_file(dir, SHAPE5_FILE)?)?,
             encoder: Encoder::load(&require_file(dir, RESNET_FILE)?)?,
@@ -71,11 +104,18 @@ impl DlibEngine {
     }
 
     fn analyze_one(&mut self, frame: &Frame, max_faces: usize) -> Result<Vec<Face>> {
-        if self.kind == DetectorKind::Cnn && frame.width.min(frame.height) < self.cnn_min_side {
+        let DlibSettings {
+            detector,
+            cnn_min_side,
+            upsample,
+            ..
+        } = self.settings;
+        let side = u64::from(frame.width.min(frame.height)) << upsample;
+        if detector == DetectorKind::Cnn && side < u64::from(cnn_min_side) {
             return Ok(Vec::new());
         }
         let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
-        let (rects, found) = self.detector.detect(&image, max_faces)?;
+        let (rects, found) = self.detector.detect(&image, upsample, max_faces)?;
         if found > max_faces {
             return Err(Error::invalid(format!(
                 "found {found} faces, more than max_faces_per_image = {max_faces}"
@@ -93,6 +133,27 @@ impl DlibEngine {
         Ok(shapes.iter().zip(embeddings).map(face).collect())
     }
 }
+
+/// The shim's instruction set (build.rs, `FACE_SIMD`) against this CPU:
+/// refuse to load rather than die of an illegal instruction.
+fn check_cpu() -> Result<()> {
+    #[cfg(face_dlib_avx2)]
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    {
+        return Err(Error::unsupported(
+            "this build's dlib engine uses AVX2 and FMA, which this CPU lacks: rebuild with \
+             FACE_SIMD=baseline (see README)",
+        ));
+    }
+    Ok(())
+}
+
+/// The shim's instruction set, for the load log.
+const SIMD: &str = if cfg!(face_dlib_avx2) {
+    "AVX2+FMA"
+} else {
+    "baseline x86-64"
+};
 
 fn face((shape, embedding): (&Shape, Vec<f32>)) -> Face {
     let Rect {
@@ -122,11 +183,15 @@ impl Engine for DlibEngine {
         Metric::Euclidean
     }
     fn describe(&self) -> String {
-        let detector = match self.kind {
+        let detector = match self.settings.detector {
             DetectorKind::Hog => "HOG",
             DetectorKind::Cnn => "MMOD CNN",
         };
-        format!("dlib ({detector} detector, 5-point landmarks, ResNet 128-d embedder)")
+        format!(
+            "dlib ({detector} detector, upsample {}, 5-point landmarks, ResNet 128-d embedder; \
+             shim {SIMD}, OpenBLAS threads {})",
+            self.settings.upsample, self.blas_threads
+        )
     }
     fn embedding_len(&self) -> usize {
         128
@@ -169,7 +234,7 @@ mod tests {
     fn one_face_on_a_real_photo() {
         let bytes = std::fs::read(assets("photos").join("obama_640x480.jpg")).unwrap();
         let frame = frame_from_encoded("photo", &bytes, 40_000_000).unwrap();
-        let mut engine = DlibEngine::load(&assets("dlib"), DetectorKind::Hog, 0).unwrap();
+        let mut engine = DlibEngine::load(&assets("dlib"), DlibSettings::default()).unwrap();
         let faces = engine.analyze(&[&frame], 4).remove(0).unwrap();
         assert_eq!(faces.len(), 1);
         let face = &faces[0];
@@ -185,13 +250,21 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
+    fn cnn(cnn_min_side: u32) -> DlibSettings {
+        DlibSettings {
+            detector: DetectorKind::Cnn,
+            cnn_min_side,
+            ..DlibSettings::default()
+        }
+    }
+
     #[test]
     fn cnn_min_side_is_a_fast_path_not_the_fence() {
         let dir = assets("dlib");
         let tiny = grey(10, 6);
-        let mut fast = DlibEngine::load(&dir, DetectorKind::Cnn, DEFAULT_CNN_MIN_SIDE).unwrap();
+        let mut fast = DlibEngine::load(&dir, cnn(DEFAULT_CNN_MIN_SIDE)).unwrap();
         assert!(fast.analyze(&[&tiny], 4).remove(0).unwrap().is_empty());
-        let mut all = DlibEngine::load(&dir, DetectorKind::Cnn, 0).unwrap();
+        let mut all = DlibEngine::load(&dir, cnn(0)).unwrap();
         let results = all.analyze(&[&tiny, &grey(10, 7)], 4);
         assert_eq!(
             results[0].as_ref().unwrap_err().kind(),

@@ -20,6 +20,9 @@
 #include <dlib/image_processing/shape_predictor.h>
 #include <dlib/image_transforms.h>
 
+// OpenBLAS's own control (cblas.h would clash with dlib's BLAS bindings).
+extern "C" void openblas_set_num_threads(int threads);
+
 namespace {
 
 // The networks exactly as dlib defines them (examples/dnn_mmod_face_detection_ex.cpp
@@ -242,24 +245,42 @@ int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out
 
 void tf_image_free(tf_image *image) { delete image; }
 
-int tf_detect(tf_detector *detector, const tf_image *image, tf_rect *rects, size_t capacity,
-              size_t *found, char *err, size_t err_len) {
+int tf_detect(tf_detector *detector, const tf_image *image, unsigned upsample, tf_rect *rects,
+              size_t capacity, size_t *found, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         require(detector, "detector");
         require(image, "image");
+        if (upsample > TF_MAX_UPSAMPLE)
+            throw bad_input("upsample " + std::to_string(upsample) + " is more than " +
+                            std::to_string(TF_MAX_UPSAMPLE));
+        // As dlib's Python API (and so face_recognition) upsamples: pyramid_up
+        // with pyramid_down<2>, boxes mapped back with rect_down.
+        dlib::pyramid_down<2> pyr;
+        image_t upsampled;
+        const image_t *pixels = &image->pixels;
+        if (upsample > 0) {
+            upsampled = image->pixels;
+            for (unsigned i = 0; i < upsample; ++i) dlib::pyramid_up(upsampled, pyr);
+            pixels = &upsampled;
+        }
         std::vector<dlib::rectangle> boxes;
         if (detector->hog) {
-            boxes = (*detector->hog)(image->pixels);
+            boxes = (*detector->hog)(*pixels);
         } else {
-            check_cnn_input(*detector->cnn, image->pixels.nc(), image->pixels.nr());
-            for (auto &d : (*detector->cnn)(image->pixels)) boxes.push_back(d.rect);
+            check_cnn_input(*detector->cnn, pixels->nc(), pixels->nr());
+            for (auto &d : (*detector->cnn)(*pixels)) boxes.push_back(d.rect);
         }
-        for (size_t i = 0; i < boxes.size() && i < capacity; ++i)
-            rects[i] = tf_rect{boxes[i].left(), boxes[i].top(), boxes[i].right(), boxes[i].bottom()};
+        for (size_t i = 0; i < boxes.size() && i < capacity; ++i) {
+            const dlib::rectangle b =
+                upsample > 0 ? dlib::rectangle(pyr.rect_down(boxes[i], upsample)) : boxes[i];
+            rects[i] = tf_rect{b.left(), b.top(), b.right(), b.bottom()};
+        }
         *found = boxes.size();
         return TF_OK;
     });
 }
+
+void tf_set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 
 int tf_landmarks(const tf_predictor *predictor, const tf_image *image, const tf_rect *rect,
                  tf_shape *out, char *err, size_t err_len) {

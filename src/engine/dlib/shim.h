@@ -26,6 +26,8 @@ enum {
 #define TF_PARTS 5
 /* Length of a face descriptor (dlib's ResNet). */
 #define TF_DESCRIPTOR_LEN 128
+/* Each upsampling step quadruples the pixels the detector scans. */
+#define TF_MAX_UPSAMPLE 3
 
 typedef struct tf_detector tf_detector;
 typedef struct tf_predictor tf_predictor;
@@ -68,10 +70,15 @@ int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out
                  char *err, size_t err_len);
 void tf_image_free(tf_image *image);
 
-/* Faces in `image`: *found gets how many dlib found; the first
- * min(found, capacity) boxes are written to `rects`. */
-int tf_detect(tf_detector *detector, const tf_image *image, tf_rect *rects,
-              size_t capacity, size_t *found, char *err, size_t err_len);
+/* Faces in `image`, after doubling its size `upsample` times (at most
+ * TF_MAX_UPSAMPLE; boxes are in the original image): *found gets how many
+ * dlib found; the first min(found, capacity) boxes are written to `rects`. */
+int tf_detect(tf_detector *detector, const tf_image *image, unsigned upsample,
+              tf_rect *rects, size_t capacity, size_t *found, char *err, size_t err_len);
+
+/* Threads OpenBLAS (the CPU networks' matrix products) may use in this
+ * process. */
+void tf_set_blas_threads(int threads);
 
 /* The 5 landmarks of the face in `rect`; out->rect = *rect. */
 int tf_landmarks(const tf_predictor *predictor, const tf_image *image,

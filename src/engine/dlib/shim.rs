@@ -18,6 +18,24 @@ pub type Rect = sys::tf_rect;
 /// A face's box and its 5 landmarks.
 pub type Shape = sys::tf_shape;
 pub const DESCRIPTOR_LEN: usize = sys::TF_DESCRIPTOR_LEN as usize;
+/// The most upsampling steps the detector takes (each quadruples the pixels).
+pub const MAX_UPSAMPLE: u32 = sys::TF_MAX_UPSAMPLE;
+
+/// Threads OpenBLAS may use for the CPU networks. Process-wide, and set
+/// once: the first dlib engine loaded decides (changing it while another
+/// instance multiplies matrices is not safe in OpenBLAS). Returns the count
+/// in force.
+pub fn set_blas_threads(threads: usize) -> usize {
+    static SET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let n = c_int::try_from(threads).unwrap_or(c_int::MAX);
+        // SAFETY: no pointers; OpenBLAS clamps the count to its own limits;
+        // the OnceLock runs it once, before this process's first dlib engine
+        // exists, so no matrix product is in flight.
+        unsafe { sys::tf_set_blas_threads(n) };
+        threads
+    })
+}
 
 const ERR_LEN: usize = 512;
 
@@ -84,7 +102,14 @@ impl Detector {
     }
 
     /// Boxes of at most `capacity` faces, and how many dlib found.
-    pub fn detect(&mut self, image: &Image, capacity: usize) -> Result<(Vec<Rect>, usize)> {
+    /// Faces in `image` after doubling it `upsample` times (boxes in the
+    /// original image); how many dlib found, the first `capacity` boxes.
+    pub fn detect(
+        &mut self,
+        image: &Image,
+        upsample: u32,
+        capacity: usize,
+    ) -> Result<(Vec<Rect>, usize)> {
         let mut rects = vec![Rect::default(); capacity];
         let mut found = 0usize;
         call("detector", |err, len| {
@@ -94,6 +119,7 @@ impl Detector {
                 sys::tf_detect(
                     self.0.as_ptr(),
                     image.0.as_ptr(),
+                    upsample,
                     rects.as_mut_ptr(),
                     capacity,
                     &mut found,
@@ -247,13 +273,13 @@ mod tests {
         // Twice: dlib aborts on its second fatal_error; none may reach it.
         for _ in 0..2 {
             for (w, h) in [(1, 1), (10, 6), (9, 4000), (9, 40), (2, 2), (64, 5)] {
-                let e = cnn.detect(&grey(w, h), 4).unwrap_err();
+                let e = cnn.detect(&grey(w, h), 0, 4).unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::InvalidInput, "{w}x{h}: {e}");
                 assert!(e.message().contains(&format!("{w}x{h}")), "{e}");
             }
         }
         for (w, h) in [(10, 7), (4000, 9), (11, 300)] {
-            let (rects, found) = cnn.detect(&grey(w, h), 4).unwrap();
+            let (rects, found) = cnn.detect(&grey(w, h), 0, 4).unwrap();
             assert!(rects.is_empty() && found == 0, "{w}x{h}");
         }
     }
@@ -262,7 +288,7 @@ mod tests {
     fn hog_takes_tiny_images() {
         let mut hog = Detector::hog().unwrap();
         for (w, h) in [(1, 1), (10, 6), (9, 4000)] {
-            assert_eq!(hog.detect(&grey(w, h), 4).unwrap().1, 0, "{w}x{h}");
+            assert_eq!(hog.detect(&grey(w, h), 0, 4).unwrap().1, 0, "{w}x{h}");
         }
     }
 
