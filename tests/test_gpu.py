@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from engines import DLIB
+from engines import DLIB, ENGINES
 from face_client import assert_person, encoded_tensors, infer, infer_encoded
 from triton_server import TritonServer, rename_model
 
@@ -122,10 +122,13 @@ def probe(binary: Path, *args: str, expect: int, fake: Path | None = None,
 # ---- the real server ------------------------------------------------------------------------
 
 def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
-    """A copy of the server's `face` model named `name`, with one KIND_GPU instance."""
+    """A copy of the server's `face` model named `name`, with one KIND_GPU instance (and the
+    same model files in its version folder: the ONNX engine's are links there)."""
     model_dir = server.root / "models" / name
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "gallery").mkdir()
+    for linked in (server.model_dir / "1").iterdir():
+        (model_dir / "1" / linked.name).symlink_to(linked.resolve())
     shutil.copy2(server.model_dir / "libtriton_face.so", model_dir / "libtriton_face.so")
     config = rename_model((server.model_dir / "config.pbtxt").read_text(), name)
     config, kinds = re.subn(r"kind:\s*KIND_CPU", "kind: KIND_GPU", config)
@@ -135,10 +138,10 @@ def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
     return model_dir
 
 
-def explicit_server(suite_env, tmp_path) -> TritonServer:
+def explicit_server(suite_env, tmp_path, engine: str = "dlib") -> TritonServer:
     """A server with `face` loaded and a KIND_GPU copy `face_gpu` not loaded yet."""
     server = TritonServer(
-        suite_env, tmp_path,
+        suite_env, tmp_path, engine=engine,
         extra_args=("--model-control-mode=explicit", "--load-model=face"),
     )
     add_gpu_model(server)
@@ -158,9 +161,10 @@ def instance_kinds(client, model: str) -> list[tuple[str, int]]:
 
 
 @needs_no_gpu
-def test_kind_gpu_model_fails_to_load_without_gpu(suite_env, tmp_path, photos):
+@pytest.mark.parametrize("engine_name", ["dlib", "onnx"])
+def test_kind_gpu_model_fails_to_load_without_gpu(suite_env, tmp_path, photos, engine_name):
     """No GPU (CI here): the load fails clearly, the rest keeps serving."""
-    with explicit_server(suite_env, tmp_path) as server:
+    with explicit_server(suite_env, tmp_path, engine_name) as server:
         client = server.http()
         assert client.is_model_ready("face")
         with pytest.raises(InferenceServerException) as info:
@@ -180,9 +184,29 @@ def test_kind_gpu_model_fails_to_load_without_gpu(suite_env, tmp_path, photos):
         assert client.is_model_ready("face")
         assert index["face"].get("state") == "READY", index["face"]
         [doc] = infer_encoded(client, [photos.bytes("obama.jpg")])
-        assert_person(doc, "obama", DLIB)
+        assert_person(doc, "obama", ENGINES[engine_name])
         assert successes(client, "face") == 1
         assert server.running
+
+
+@needs_gpu
+def test_kind_gpu_onnx_model_runs_on_cuda(suite_env, tmp_path, photos):
+    """With a GPU (the GPU workflow, whose image points ORT_DYLIB_PATH at the tritonserver
+    image's CUDA build of onnxruntime): the ONNX engine's KIND_GPU copy runs on onnxruntime's
+    CUDA provider and answers as the CPU model does."""
+    assert_gpu_visible()
+    server = explicit_server(suite_env, tmp_path, "onnx")
+    shutil.copy2(photos.path("obama.jpg"), server.root / "models" / "face_gpu" / "gallery")
+    with server:
+        client = server.http()
+        client.load_model("face_gpu")
+        assert instance_kinds(client, "face_gpu") == [("KIND_GPU", 1)]
+        [cpu] = infer_encoded(client, [photos.bytes("obama2.jpg")])
+        [gpu] = infer(client, encoded_tensors([photos.bytes("obama2.jpg")]), model="face_gpu")
+        assert_person(gpu, "obama", ENGINES["onnx"])
+        assert abs(cpu["faces"][0]["distance"] - gpu["faces"][0]["distance"]) < 1e-3
+        log = server.log_text()
+        assert re.search(r"'face_gpu'.* engine on GPU 0 \(onnxruntime CUDA\)", log), log
 
 
 @needs_gpu

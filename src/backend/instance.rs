@@ -1,8 +1,9 @@
 //! Instance state: the engine this instance runs (one per instance; engines
 //! are not shared between threads) and, for KIND_GPU, its device.
 
-use crate::backend::config::EngineKind;
+use crate::backend::config::{EngineKind, Settings};
 use crate::backend::model::{new_engine, ModelState};
+use crate::engine::onnx::Runtime;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::gpu::{Gpu, DLIB_USES_CUDA};
@@ -20,54 +21,40 @@ impl InstanceState {
     pub fn load(instance: &InstanceHandle, model: &ModelState) -> Result<Self> {
         let name = instance.name()?;
         let kind = instance.kind()?;
-        let engine_kind = model.settings.engine;
-        let gpu = match kind {
+        let settings = &model.settings;
+        let device = match kind {
             InstanceKind::Gpu => {
                 let device = instance.device_id()?;
-                let gpu = Gpu::open(&name, device, model.settings.min_compute_capability)?;
+                let gpu = Gpu::open(&name, device, settings.min_compute_capability)?;
                 log::info(&format!("instance '{name}': {}", gpu.info));
-                // tract runs on the CPU: the device passed the rule, but keeping
-                // its context would only hold GPU memory.
-                (engine_kind == EngineKind::Dlib).then_some(gpu)
+                Some((device, gpu))
             }
             InstanceKind::Cpu | InstanceKind::Model | InstanceKind::Auto => None,
         };
-        // The engine's CUDA work (if any) must land on this instance's device.
+        let place = Place::of(settings, device.as_ref().map(|(d, _)| *d));
+        // Only dlib needs the device bound on its thread; onnxruntime's CUDA
+        // provider manages its own, and the CPU runtimes would only hold GPU
+        // memory with it.
+        let gpu = device.and_then(|(_, gpu)| matches!(place, Place::DlibGpu(_)).then_some(gpu));
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
-        let engine = new_engine(&model.settings)?;
-        // Where the engine really runs, and what the user should know about it
-        // (`gpu` is kept only for the dlib engine; dlib picks CUDA at build time).
-        let (place, warning) = match &gpu {
-            Some(gpu) if DLIB_USES_CUDA => (format!("GPU {}", gpu.info.ordinal), None),
-            Some(_) => (
-                "CPU (dlib without CUDA)".to_string(),
-                Some(
-                    "the linked dlib was built without CUDA: the engine runs on the CPU \
-                     (see Dockerfile.build for a CUDA build)",
-                ),
-            ),
-            None if DLIB_USES_CUDA && engine_kind == EngineKind::Dlib => (
-                "GPU 0 (dlib built with CUDA)".to_string(),
-                Some(
-                    "the linked dlib was built with CUDA: its networks run on the thread's \
-                     current GPU (device 0) regardless",
-                ),
-            ),
-            None if kind == InstanceKind::Gpu => (
-                "CPU (tract has no GPU support)".to_string(),
-                Some("the onnx engine (tract) runs on the CPU"),
-            ),
-            None => ("CPU".to_string(), None),
+        let engine = match place {
+            Place::OnnxCuda(device) => {
+                let mut on_gpu = settings.clone();
+                on_gpu.onnx.cuda_device = Some(device);
+                new_engine(&on_gpu)?
+            }
+            _ => new_engine(settings)?,
         };
-        if let Some(warning) = warning {
+        if let Some(warning) = place.warning() {
             log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));
         }
         log::info(&format!(
-            "instance '{name}' of model '{}': {} engine on {place} ({kind:?})",
+            "instance '{name}' of model '{}': {} engine on {} ({kind:?})",
             model.name,
-            engine.name()
+            engine.name(),
+            place.describe()
         ));
         Ok(InstanceState { name, engine, gpu })
     }
@@ -77,6 +64,67 @@ impl InstanceState {
         match &self.gpu {
             Some(gpu) => gpu.bind(),
             None => Ok(()),
+        }
+    }
+}
+
+/// Where an instance's engine really runs, decided from the engine, its
+/// runtime, how dlib was built, and the instance's device (KIND_GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Cpu,
+    /// dlib built with CUDA on a KIND_GPU instance: on its device.
+    DlibGpu(i32),
+    /// KIND_GPU, but the linked dlib has no CUDA.
+    DlibNoCuda,
+    /// KIND_CPU with a CUDA dlib: its networks still use GPU 0.
+    DlibCudaAnyway,
+    /// onnxruntime's CUDA execution provider on this device.
+    OnnxCuda(i32),
+    /// KIND_GPU with `runtime: tract`.
+    TractOnCpu,
+}
+
+impl Place {
+    fn of(settings: &Settings, device: Option<i32>) -> Self {
+        let dlib = settings.engine == EngineKind::Dlib;
+        match device {
+            Some(d) if dlib && DLIB_USES_CUDA => Place::DlibGpu(d),
+            Some(_) if dlib => Place::DlibNoCuda,
+            Some(d) if settings.onnx.runtime == Runtime::OnnxRuntime => Place::OnnxCuda(d),
+            Some(_) => Place::TractOnCpu,
+            None if dlib && DLIB_USES_CUDA => Place::DlibCudaAnyway,
+            None => Place::Cpu,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Place::Cpu => "CPU".to_string(),
+            Place::DlibGpu(d) => format!("GPU {d}"),
+            Place::DlibNoCuda => "CPU (dlib without CUDA)".to_string(),
+            Place::DlibCudaAnyway => "GPU 0 (dlib built with CUDA)".to_string(),
+            Place::OnnxCuda(d) => format!("GPU {d} (onnxruntime CUDA)"),
+            Place::TractOnCpu => "CPU (tract has no GPU support)".to_string(),
+        }
+    }
+
+    /// What the user should know when the place is not what they asked for.
+    fn warning(self) -> Option<&'static str> {
+        match self {
+            Place::DlibNoCuda => Some(
+                "the linked dlib was built without CUDA: the engine runs on the CPU \
+                 (see Dockerfile.build for a CUDA build)",
+            ),
+            Place::DlibCudaAnyway => Some(
+                "the linked dlib was built with CUDA: its networks run on the thread's \
+                 current GPU (device 0) regardless",
+            ),
+            Place::TractOnCpu => Some(
+                "the onnx engine with runtime tract runs on the CPU (runtime onnxruntime \
+                 runs on the GPU)",
+            ),
+            Place::Cpu | Place::DlibGpu(_) | Place::OnnxCuda(_) => None,
         }
     }
 }

@@ -89,17 +89,19 @@ pub(super) fn load_net(
         ),
         // onnxruntime reads external data relative to the file, so such a
         // model is loaded from its path; every other one from the cleaned bytes.
-        RuntimeChoice::Ort { library, threads } if external => {
-            let bytes = std::fs::read(path)
-                .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
-            Runner::Ort(OrtNet::load(what, &bytes, library, *threads)?)
-        }
-        RuntimeChoice::Ort { library, threads } => Runner::Ort(OrtNet::load(
-            what,
-            &proto.encode_to_vec(),
+        RuntimeChoice::Ort {
             library,
-            *threads,
-        )?),
+            threads,
+            cuda_device,
+        } => {
+            let bytes = if external {
+                std::fs::read(path)
+                    .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?
+            } else {
+                proto.encode_to_vec()
+            };
+            Runner::Ort(OrtNet::load(what, &bytes, library, *threads, *cuda_device)?)
+        }
     };
     Ok(Net {
         runner,
@@ -134,7 +136,11 @@ fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<(Vec<usize
 /// The runtime a model is loaded into, resolved (library found) once.
 pub(super) enum RuntimeChoice {
     Tract,
-    Ort { library: PathBuf, threads: usize },
+    Ort {
+        library: PathBuf,
+        threads: usize,
+        cuda_device: Option<i32>,
+    },
 }
 
 impl RuntimeChoice {
@@ -144,6 +150,7 @@ impl RuntimeChoice {
             Runtime::OnnxRuntime => RuntimeChoice::Ort {
                 library: library_path(settings.onnxruntime_library.as_deref())?,
                 threads: settings.intra_op_threads,
+                cuda_device: settings.cuda_device,
             },
         })
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use ort::session::builder::GraphOptimizationLevel;
+use ort::session::builder::SessionBuilder;
 use ort::session::Session;
 use ort::value::Tensor as OrtTensor;
 use tract_onnx::prelude::{tvec, IntoTValue, TValue, TVec, Tensor};
@@ -56,6 +57,23 @@ fn environment(library: &Path) -> Result<&'static ort::environment::Environment>
     })
 }
 
+/// Put the session on CUDA device `device`, or fail the load: a KIND_GPU
+/// instance that silently ran on the CPU would be a lie about its capacity.
+fn on_cuda(builder: SessionBuilder, device: i32, library: &Path) -> Result<SessionBuilder> {
+    let cuda = ort::ep::CUDA::default()
+        .with_device_id(device)
+        .build()
+        .error_on_failure();
+    builder.with_execution_providers([cuda]).map_err(|e| {
+        Error::unavailable(format!(
+            "KIND_GPU: onnxruntime {} cannot run on CUDA device {device}: {e} (a GPU instance \
+             needs a CUDA build of onnxruntime, such as the onnxruntime-gpu wheel's or the \
+             tritonserver image's backends/onnxruntime/libonnxruntime.so; or use KIND_CPU)",
+            library.display()
+        ))
+    })
+}
+
 /// One model as an onnxruntime session: full graph optimization, sequential,
 /// `threads` intra-op threads (Triton instances give the parallelism).
 pub struct OrtNet {
@@ -64,11 +82,20 @@ pub struct OrtNet {
 }
 
 impl OrtNet {
-    pub fn load(what: &str, model: &[u8], library: &Path, threads: usize) -> Result<Self> {
+    pub fn load(
+        what: &str,
+        model: &[u8],
+        library: &Path,
+        threads: usize,
+        cuda_device: Option<i32>,
+    ) -> Result<Self> {
         let env = environment(library)?;
         let fail = |e: String| Error::unavailable(format!("{what}: onnxruntime: {e}"));
-        let session = Session::builder(env)
-            .map_err(|e| fail(e.to_string()))?
+        let mut builder = Session::builder(env).map_err(|e| fail(e.to_string()))?;
+        if let Some(device) = cuda_device {
+            builder = on_cuda(builder, device, library)?;
+        }
+        let session = builder
             .with_optimization_level(GraphOptimizationLevel::All)
             .map_err(|e| fail(e.to_string()))?
             .with_intra_threads(threads)
@@ -107,5 +134,31 @@ impl OrtNet {
             out.push(tensor.into_tvalue());
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library scripts/setup.sh installs (the PyPI wheel's, CPU only).
+    fn library() -> PathBuf {
+        library_path(None).unwrap_or_else(|e| {
+            panic!("{e}: run the tests through scripts/test.sh, which sources assets/env.sh")
+        })
+    }
+
+    #[test]
+    fn a_gpu_session_without_cuda_fails_clearly() {
+        let library = library();
+        let err = OrtNet::load("embedder_model", b"not used", &library, 1, Some(0))
+            .err()
+            .expect("the CPU build of onnxruntime has no CUDA provider");
+        let text = err.to_string();
+        assert!(
+            text.contains("KIND_GPU") && text.contains("CUDA device 0"),
+            "{text}"
+        );
+        assert!(text.contains(&library.display().to_string()), "{text}");
     }
 }

@@ -34,6 +34,9 @@ pub struct OnnxSettings {
     /// `None`: ORT_DYLIB_PATH (see onnxruntime.rs).
     pub onnxruntime_library: Option<PathBuf>,
     pub intra_op_threads: usize,
+    /// KIND_GPU instances: the CUDA device onnxruntime runs the models on
+    /// (set by the instance, not a parameter); `None`: the CPU.
+    pub cuda_device: Option<i32>,
 }
 
 /// What runs the models.
@@ -79,6 +82,7 @@ impl OnnxSettings {
             runtime: Runtime::OnnxRuntime,
             onnxruntime_library: None,
             intra_op_threads: 1,
+            cuda_device: None,
         }
     }
 }
