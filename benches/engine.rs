@@ -15,7 +15,10 @@
 //! config parser): `analyze` and `decode+analyze`. Single thread. Then the
 //! same with one thing changed, for ratios from one run: "onnx-no-prelu-
 //! rewrite", "onnx-no-ftz", "onnx-untouched" (no hygiene, no flush-to-zero:
-//! the model as exported), "onnx-tract", "onnx-tract-untouched".
+//! the model as exported), "onnx-tract", "onnx-tract-untouched". Before
+//! them, `stage-times:` lines on stderr: each stage's median on both
+//! runtimes next to its floor (its GFLOP at this machine's single-core sgemm
+//! rate, measured in the same run).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -202,6 +205,7 @@ fn bench_onnx(c: &mut Criterion) {
             untouched(s)
         }),
     ];
+    stage_table(&settings.onnx, &frame, max_faces);
     for (name, change) in variants {
         let mut variant = settings.onnx.clone();
         change(&mut variant);
@@ -217,6 +221,113 @@ fn bench_onnx(c: &mut Criterion) {
             5,
         );
     }
+}
+
+/// The sample models' cost for a one-face frame, in GFLOP (2 x multiply-adds:
+/// detector 320x240, landmarks 64x64, embedder 112x112; issue #8).
+const SAMPLE_GFLOP: [(&str, f64); 3] = [("detector", 0.2), ("landmarks", 0.03), ("embedder", 0.44)];
+
+/// Per-stage medians of the engine on both runtimes, each next to its floor:
+/// the stage's GFLOP at the single-core float32 GEMM rate measured here.
+fn stage_table(settings: &OnnxSettings, frame: &Frame, max_faces: usize) {
+    let gflops = gemm_gflops();
+    eprintln!("stage-times: single-core sgemm (OpenBLAS, 512^3) {gflops:.1} GFLOP/s");
+    for runtime in [Runtime::OnnxRuntime, Runtime::Tract] {
+        let mut engine = OnnxEngine::load(&OnnxSettings {
+            runtime,
+            ..settings.clone()
+        })
+        .expect("load the ONNX models");
+        let runs: Vec<Vec<(&str, Duration)>> = (0..35)
+            .map(|_| engine.analyze_timed(frame, max_faces).expect("analyze").1)
+            .skip(5)
+            .collect();
+        for (stage, _) in &runs[0] {
+            let mut ms: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| r.iter().find(|(s, _)| s == stage))
+                .map(|(_, d)| d.as_secs_f64() * 1e3)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            let floor = SAMPLE_GFLOP
+                .iter()
+                .find(|(s, _)| s == stage)
+                .map(|(_, g)| {
+                    format!(
+                        "floor {:.2} ms ({:.1}x)",
+                        g / gflops * 1e3,
+                        ms[ms.len() / 2] / (g / gflops * 1e3)
+                    )
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "stage-times: {} {stage:<10} median {:.2} ms {floor}",
+                runtime.name(),
+                ms[ms.len() / 2]
+            );
+        }
+    }
+}
+
+/// Single-thread float32 GEMM rate of this machine (OpenBLAS, which the
+/// library links for dlib), best of 5.
+fn gemm_gflops() -> f64 {
+    use std::ffi::c_int;
+    extern "C" {
+        fn openblas_set_num_threads(threads: c_int);
+        #[allow(clippy::too_many_arguments)]
+        fn cblas_sgemm(
+            order: c_int,
+            ta: c_int,
+            tb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: f32,
+            a: *const f32,
+            lda: c_int,
+            b: *const f32,
+            ldb: c_int,
+            beta: f32,
+            c: *mut f32,
+            ldc: c_int,
+        );
+    }
+    const N: c_int = 512;
+    let (a, b) = (
+        vec![1.0f32; (N * N) as usize],
+        vec![0.5f32; (N * N) as usize],
+    );
+    let mut c = vec![0f32; (N * N) as usize];
+    // SAFETY: plain call into OpenBLAS; no GEMM is running in this thread.
+    unsafe { openblas_set_num_threads(1) };
+    let best = (0..5)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            // SAFETY: a, b, c hold N*N floats each, row-major (101), no
+            // transposes (111), leading dimensions N.
+            unsafe {
+                cblas_sgemm(
+                    101,
+                    111,
+                    111,
+                    N,
+                    N,
+                    N,
+                    1.0,
+                    a.as_ptr(),
+                    N,
+                    b.as_ptr(),
+                    N,
+                    0.0,
+                    c.as_mut_ptr(),
+                    N,
+                )
+            };
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min);
+    2.0 * f64::from(N).powi(3) / best / 1e9
 }
 
 /// One setting changed from the configured engine.

@@ -15,6 +15,7 @@ mod ops;
 mod settings;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use opencv::core::{Mat, Scalar, Size, BORDER_CONSTANT};
 use opencv::imgproc;
@@ -226,9 +227,16 @@ impl OnnxEngine {
         }
     }
 
-    fn analyze_one(&mut self, frame: &Frame, max_faces: usize) -> Result<Vec<Face>> {
+    fn analyze_one(
+        &mut self,
+        frame: &Frame,
+        max_faces: usize,
+        laps: &mut Laps,
+    ) -> Result<Vec<Face>> {
         let image = frame_mat(frame)?;
+        laps.lap("frame");
         let found = self.detect(frame, &image)?;
+        laps.lap("detector");
         if found.len() > max_faces {
             return Err(Error::invalid(format!(
                 "found {} faces, more than max_faces_per_image = {max_faces}",
@@ -245,7 +253,9 @@ impl OnnxEngine {
         let mut chips = Vec::with_capacity(found.len());
         for (bbox, score) in found {
             let five = self.landmarks(net, &grey, &bbox)?;
+            laps.lap("landmarks");
             chips.push(self.align(&image, &five)?);
+            laps.lap("align");
             faces.push(Face {
                 bbox,
                 score: Some(score),
@@ -256,7 +266,59 @@ impl OnnxEngine {
         for (face, embedding) in faces.iter_mut().zip(self.embed(&chips)?) {
             face.embedding = embedding;
         }
+        laps.lap("embedder");
         Ok(faces)
+    }
+
+    /// `analyze` of one frame with the time each stage took (for the bench's
+    /// per-stage table; the engine's own path keeps no timings).
+    pub fn analyze_timed(
+        &mut self,
+        frame: &Frame,
+        max_faces: usize,
+    ) -> Result<(Vec<Face>, Vec<(&'static str, Duration)>)> {
+        let _flush = FlushDenormals::new(self.settings.flush_denormals);
+        let mut laps = Laps::timing();
+        let faces = self.analyze_one(frame, max_faces, &mut laps)?;
+        Ok((faces, laps.times))
+    }
+}
+
+/// Stage timings, when asked for: each `lap` adds the time since the last
+/// one to the stage it names (stages repeated per face add up).
+struct Laps {
+    on: bool,
+    last: Instant,
+    times: Vec<(&'static str, Duration)>,
+}
+
+impl Laps {
+    fn off() -> Self {
+        Laps {
+            on: false,
+            last: Instant::now(),
+            times: Vec::new(),
+        }
+    }
+
+    fn timing() -> Self {
+        Laps {
+            on: true,
+            ..Laps::off()
+        }
+    }
+
+    fn lap(&mut self, stage: &'static str) {
+        if !self.on {
+            return;
+        }
+        let now = Instant::now();
+        let spent = now - self.last;
+        self.last = now;
+        match self.times.iter_mut().find(|(s, _)| *s == stage) {
+            Some((_, total)) => *total += spent,
+            None => self.times.push((stage, spent)),
+        }
     }
 }
 
@@ -318,7 +380,7 @@ impl Engine for OnnxEngine {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
         frames
             .iter()
-            .map(|f| self.analyze_one(f, max_faces))
+            .map(|f| self.analyze_one(f, max_faces, &mut Laps::off()))
             .collect()
     }
 }
