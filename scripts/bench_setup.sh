@@ -6,9 +6,9 @@
 # in the stub.
 #   1. pip install -r benches/python_reference/requirements.txt (wheels; ~1 min)
 #   2. dlib and face_recognition (benches/python_reference/requirements-dlib.txt): PyPI has no
-#      Linux dlib wheel, so pip builds it from source with cmake: ~12 min on 2 cores, run with
-#      nice -n 19 and CMAKE_BUILD_PARALLEL_LEVEL=1 so the machine stays usable. pip keeps the
-#      built wheel in its cache: a recreated venv installs it in seconds.
+#      Linux dlib wheel, so pip builds it from source with cmake, with nice -n 19 and
+#      CMAKE_BUILD_PARALLEL_LEVEL=1 so the machine stays usable: 21 min on a busy 2-core
+#      machine. pip keeps the built wheel in its cache: a recreated venv installs it in seconds.
 # Idempotent: skipped when the venv's stamp matches both requirement files. Logs:
 # assets/logs/bench-setup*.log.
 # Environment:
@@ -56,7 +56,7 @@ run_logged "$logf" "${PIP[@]}" install --progress-bar off -r "$REQ"
 
 dlib_log="$LOGS/bench-setup-dlib.log"
 : >"$dlib_log"
-log "pip install -r $REQ_DLIB: dlib builds from source, ~12 min on 2 cores once (log: ${dlib_log#"$REPO_ROOT"/})"
+log "pip install -r $REQ_DLIB: dlib builds from source, ~20 min on 2 cores once (log: ${dlib_log#"$REPO_ROOT"/})"
 t0=$SECONDS
 # The venv's cmake and setuptools (no build isolation: nothing else is fetched for the build).
 # One compile job at the lowest priority: others share this machine.
