@@ -55,7 +55,7 @@ log "pip install -r $REQ (log: ${logf#"$REPO_ROOT"/}; ~1 min)"
 run_logged "$logf" "${PIP[@]}" install --progress-bar off -r "$REQ"
 
 dlib_log="$LOGS/bench-setup-dlib.log"
-: >"$dlib_log"
+# Appended, not truncated: the one real build log outlives later runs that use the cache.
 log "pip install -r $REQ_DLIB: dlib builds from source, ~20 min on 2 cores once (log: ${dlib_log#"$REPO_ROOT"/})"
 t0=$SECONDS
 # The venv's cmake and setuptools (no build isolation: nothing else is fetched for the build).
