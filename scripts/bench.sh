@@ -52,6 +52,9 @@ LOG_TAG=bench
 # shellcheck source=scripts/lib.sh disable=SC1091  # followed with shellcheck -x
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
+# This checkout: assets/env.sh (sourced below) sets REPO_ROOT to the checkout that
+# ran setup.sh, which differs when assets/ is shared (a git worktree linking it).
+ROOT="$REPO_ROOT"
 
 PROTOCOL="${BENCH_PROTOCOL:-http}"
 case "$PROTOCOL" in
@@ -90,7 +93,7 @@ fi
 source assets/env.sh
 PHOTO="$FACE_PHOTOS/obama_640x480.jpg"
 ONNX_DIR="${FACE_ONNX_DIR:-$FACE_ASSETS/onnx}"
-OUT="$REPO_ROOT/out"
+OUT="$ROOT/out"
 mkdir -p "$OUT"
 if [ "$REFERENCE" = 1 ]; then
     bash scripts/bench_setup.sh
@@ -199,7 +202,7 @@ for s in socks:
 print(*(s.getsockname()[1] for s in socks))')
 
 SERVER_LOG="$OUT/bench-tritonserver.log"
-log "tritonserver on ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT (log: ${SERVER_LOG#"$REPO_ROOT"/})"
+log "tritonserver on ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT (log: ${SERVER_LOG#"$ROOT"/})"
 "$TRITONSERVER" --model-repository="$WORK/models" --backend-directory="$WORK/backends" \
     --http-port="$HTTP_PORT" --grpc-port="$GRPC_PORT" --metrics-port="$METRICS_PORT" \
     >"$SERVER_LOG" 2>&1 &
