@@ -4,22 +4,32 @@
 #   1. cargo bench --bench engine: decode / analyze in-process, one thread, for
 #      the dlib engine (group "engine") and the ONNX engine with the settings of
 #      model_repository/face_onnx (group "onnx");
-#   2. serves three models from a temporary model repository with the real
+#   2. serves these models from a temporary model repository with the real
 #      tritonserver (one libtriton_face.so in --backend-directory; gallery:
 #      obama.jpg + biden.jpg each): `face` (dlib), `face_onnx` (its three
 #      .onnx files linked into 1/) and `face_sequence` (dlib, sequence batcher);
+#      and, unless BENCH_REFERENCE=0, the same work for comparison in the same
+#      server: `face_onnx_tract` (face_onnx with `runtime: tract`) and the
+#      Python-backend reference models of benches/python_reference/ (their
+#      venv: scripts/bench_setup.sh, ~20 min the first time, to build dlib):
+#      `face_onnx_py_expert` and `face_onnx_py_as_deployed` (face_onnx's models
+#      with onnxruntime in Python, two profiles) and `face_recognition_py`
+#      (the face_recognition library: dlib, as `face`);
 #   3. perf_analyzer at concurrency 1 and 2 against `face` and `face_onnx`,
 #      sending the photo once as ENCODED (JPEG bytes) and once as IMAGE
-#      (480x640x3 RGB pixels); every response is checked against the face the
-#      server found in a first request;
+#      (480x640x3 RGB pixels), and against the comparison models with ENCODED;
+#      every response is checked against the faces the server found in a first
+#      request;
 #   4. perf_analyzer in sequence mode against `face_sequence` (ENCODED,
 #      sequences of BENCH_SEQUENCE_LENGTH frames; perf_analyzer sets START/END
 #      and the correlation ID): at a fixed request rate spread over
 #      BENCH_SEQUENCES concurrent sequences, and at concurrency 2 (two
 #      sequences in flight). Answers carry their frame number, so they are not
 #      compared with a reference; a two-frame sequence is checked first;
-#   5. prints the table (scripts/bench_report.py) and writes it to out/bench.txt.
-# Logs and CSVs: out/bench-*. Takes about 3.5 minutes on 2 cores.
+#   5. prints the table (scripts/bench_report.py), with the ratios Rust / Python
+#      backend, and writes it to out/bench.txt.
+# Logs and CSVs: out/bench-*. Takes about 6 minutes on 2 cores (3.5 without the
+# comparison models).
 # Environment:
 #   BENCH_PROTOCOL=http|grpc       perf_analyzer protocol (default http)
 #   BENCH_WINDOW_MS=4000           perf_analyzer measurement window
@@ -27,6 +37,10 @@
 #                                  what the machine sustains (2 cores: ~16/s)
 #   BENCH_SEQUENCES=4              concurrent sequences at that rate
 #   BENCH_SEQUENCE_LENGTH=10       frames per sequence
+#   BENCH_REFERENCE=1              0: leave out the comparison models
+#   BENCH_LIBRARY=PATH             serve this libtriton_face.so instead of
+#                                  building one: no setup.sh (assets/env.sh must
+#                                  exist), no cargo build, no in-process bench
 # perf_analyzer measures 3 windows per concurrency and reports them merged. It
 # does not wait for them to agree (--stability-percentage 1000): on a small
 # shared machine they often never come within the default 10% and it gives up.
@@ -38,6 +52,9 @@ LOG_TAG=bench
 # shellcheck source=scripts/lib.sh disable=SC1091  # followed with shellcheck -x
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
+# This checkout: assets/env.sh (sourced below) sets REPO_ROOT to the checkout that
+# ran setup.sh, which differs when assets/ is shared (a git worktree linking it).
+ROOT="$REPO_ROOT"
 
 PROTOCOL="${BENCH_PROTOCOL:-http}"
 case "$PROTOCOL" in
@@ -48,6 +65,15 @@ WINDOW_MS="${BENCH_WINDOW_MS:-4000}"
 SEQ_RATE="${BENCH_SEQUENCE_RATE:-8}"
 SEQ_COUNT="${BENCH_SEQUENCES:-4}"
 SEQ_LENGTH="${BENCH_SEQUENCE_LENGTH:-10}"
+REFERENCE="${BENCH_REFERENCE:-1}"
+LIBRARY="${BENCH_LIBRARY:-}"
+case "$REFERENCE" in
+    0 | 1) ;;
+    *) die "BENCH_REFERENCE must be 0 or 1, not $REFERENCE" ;;
+esac
+if [ -n "$LIBRARY" ]; then
+    LIBRARY="$(realpath -e "$LIBRARY")" || die "BENCH_LIBRARY: $BENCH_LIBRARY not found"
+fi
 for v in WINDOW_MS SEQ_COUNT SEQ_LENGTH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not ${!v}"
 done
@@ -57,23 +83,36 @@ fi
 T0=$SECONDS
 START_EPOCH="$(date +%s)"
 
-bash scripts/setup.sh
+if [ -z "$LIBRARY" ]; then
+    bash scripts/setup.sh
+else
+    [ -f assets/env.sh ] || die "BENCH_LIBRARY needs assets/env.sh (run scripts/setup.sh once)"
+    log "serving $LIBRARY (BENCH_LIBRARY): no set-up, no build, no in-process bench"
+fi
 # shellcheck source=/dev/null
 source assets/env.sh
 PHOTO="$FACE_PHOTOS/obama_640x480.jpg"
 ONNX_DIR="${FACE_ONNX_DIR:-$FACE_ASSETS/onnx}"
-OUT="$REPO_ROOT/out"
+OUT="$ROOT/out"
 mkdir -p "$OUT"
+if [ "$REFERENCE" = 1 ]; then
+    bash scripts/bench_setup.sh
+    BENCH_VENV="${FACE_BENCH_VENV:-$(cd assets && pwd -P)/bench-venv}"
+fi
 
-log "cargo build --release --lib --examples"
-cargo build --release --lib --examples
+LOAD_ENGINE=-
+if [ -z "$LIBRARY" ]; then
+    log "cargo build --release --lib --examples"
+    cargo build --release --lib --examples
+    LIBRARY=target/release/libtriton_face.so
 
-# In-process first: it builds from the same sources as the library just built.
-log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~1.5 min)"
-export FACE_BENCH_PHOTO="$PHOTO" FACE_ONNX_DIR="$ONNX_DIR"
-: >"$OUT/bench-engine.log"
-LOAD_ENGINE="$(cut -d' ' -f1 /proc/loadavg)"
-run_logged "$OUT/bench-engine.log" cargo bench --bench engine
+    # In-process first: it builds from the same sources as the library just built.
+    log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~1.5 min)"
+    export FACE_BENCH_PHOTO="$PHOTO" FACE_ONNX_DIR="$ONNX_DIR"
+    : >"$OUT/bench-engine.log"
+    LOAD_ENGINE="$(cut -d' ' -f1 /proc/loadavg)"
+    run_logged "$OUT/bench-engine.log" cargo bench --bench engine
+fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-bench.XXXXXX")"
 SERVER_PID=
@@ -90,23 +129,69 @@ cleanup() {
 trap cleanup EXIT
 
 # Model repository: the shipped configs, weights_dir made absolute; one copy
-# of the library for all three models.
+# of the library for all the `face` models.
 mkdir -p "$WORK/backends/face"
-install -m 0755 target/release/libtriton_face.so "$WORK/backends/face/libtriton_face.so"
-for model in face face_onnx face_sequence; do
+install -m 0755 "$LIBRARY" "$WORK/backends/face/libtriton_face.so"
+MODELS=(face face_onnx face_sequence)
+ONNX_MODELS=(face_onnx)
+# The same work for comparison (BENCH_REFERENCE=1).
+COMPARED=()
+if [ "$REFERENCE" = 1 ]; then
+    MODELS+=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py)
+    ONNX_MODELS+=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed)
+    COMPARED=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py)
+    # The python backend of the wheel's server, with the stub for its Python (3.11):
+    # the wheel keeps the stubs apart (pytriton copies one in at run time).
+    TRITON_DIST="$(dirname "$(dirname "$TRITONSERVER")")"
+    mkdir -p "$WORK/backends/python"
+    for f in "$TRITON_DIST"/backends/python/libtriton_python.so \
+        "$TRITON_DIST"/backends/python/triton_python_backend_utils.py \
+        "$TRITON_DIST"/python_backend_stubs/3.11/triton_python_backend_stub; do
+        [ -f "$f" ] || die "python backend: $f not found (nvidia-pytriton in .venv)"
+        ln -s "$f" "$WORK/backends/python/"
+    done
+fi
+# model_config NAME: where the config of model NAME comes from, and what changes.
+model_config() {
+    local model=$1 py=benches/python_reference
+    case "$model" in
+        face_onnx_tract)
+            sed 's/^name: .*/name: "face_onnx_tract"/' model_repository/face_onnx/config.pbtxt
+            echo 'parameters { key: "runtime" value: { string_value: "tract" } }'
+            ;;
+        face_onnx_py_*)
+            sed -e "s/^name: .*/name: \"$model\"/" \
+                -e "s/\(key: \"profile\" *value: { string_value: \"\)[^\"]*/\1${model#face_onnx_py_}/" \
+                "$py/face_onnx_py/config.pbtxt"
+            ;;
+        face_recognition_py) cat "$py/face_recognition_py/config.pbtxt" ;;
+        *) cat "model_repository/$model/config.pbtxt" ;;
+    esac
+}
+for model in "${MODELS[@]}"; do
     dir="$WORK/models/$model"
     mkdir -p "$dir/1" "$dir/gallery"
-    sed "s|\(key: \"weights_dir\" *value: { string_value: \"\)[^\"]*\"|\1$FACE_WEIGHTS\"|" \
-        "model_repository/$model/config.pbtxt" >"$dir/config.pbtxt"
-    if [ "$model" != face_onnx ]; then
+    model_config "$model" |
+        sed -e "s|\(key: \"weights_dir\" *value: { string_value: \"\)[^\"]*\"|\1$FACE_WEIGHTS\"|" \
+            -e "s|@BENCH_VENV@|${BENCH_VENV:-}|" >"$dir/config.pbtxt"
+    if grep -qF @BENCH_VENV@ "$dir/config.pbtxt"; then
+        die "$dir/config.pbtxt: EXECUTION_ENV_PATH not set (no bench venv)"
+    fi
+    if grep -q weights_dir "$dir/config.pbtxt"; then
         grep -qF "string_value: \"$FACE_WEIGHTS\"" "$dir/config.pbtxt" ||
             die "could not set weights_dir in $dir/config.pbtxt"
     fi
+    case "$model" in
+        face_onnx_py_*) cp benches/python_reference/face_onnx_py/1/model.py "$dir/1/" ;;
+        face_recognition_py) cp benches/python_reference/face_recognition_py/1/model.py "$dir/1/" ;;
+    esac
     cp "$FACE_PHOTOS/obama.jpg" "$FACE_PHOTOS/biden.jpg" "$dir/gallery/"
 done
-for f in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
-    [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
-    ln -s "$ONNX_DIR/$f" "$WORK/models/face_onnx/1/$f"
+for model in "${ONNX_MODELS[@]}"; do
+    for f in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
+        [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
+        ln -s "$ONNX_DIR/$f" "$WORK/models/$model/1/$f"
+    done
 done
 
 read -r HTTP_PORT GRPC_PORT METRICS_PORT < <("$PYTHON" -c '
@@ -117,7 +202,7 @@ for s in socks:
 print(*(s.getsockname()[1] for s in socks))')
 
 SERVER_LOG="$OUT/bench-tritonserver.log"
-log "tritonserver on ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT (log: ${SERVER_LOG#"$REPO_ROOT"/})"
+log "tritonserver on ports $HTTP_PORT/$GRPC_PORT/$METRICS_PORT (log: ${SERVER_LOG#"$ROOT"/})"
 "$TRITONSERVER" --model-repository="$WORK/models" --backend-directory="$WORK/backends" \
     --http-port="$HTTP_PORT" --grpc-port="$GRPC_PORT" --metrics-port="$METRICS_PORT" \
     >"$SERVER_LOG" 2>&1 &
@@ -128,17 +213,24 @@ for model in face face_onnx; do
     "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model "$model" \
         --photo "$PHOTO" --out "$WORK"
 done
+for model in "${COMPARED[@]}"; do
+    "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model "$model" \
+        --variants encoded --photo "$PHOTO" --out "$WORK"
+done
 "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model face_sequence --sequence \
     --variants encoded --photo "$PHOTO" --out "$WORK"
 
 URL="localhost:$HTTP_PORT"
 [ "$PROTOCOL" = http ] || URL="localhost:$GRPC_PORT"
 # The in-process benchmark (criterion group/name) doing the same work as a
-# request of each model and variant.
+# request of each model and variant; `-`: none (the Python models).
 declare -A BENCH_OF=(
     [face/encoded]=engine/decode+analyze [face/image]=engine/analyze
     [face_onnx/encoded]=onnx/decode+analyze [face_onnx/image]=onnx/analyze
     [face_sequence/encoded]=engine/decode+analyze
+    [face_onnx_tract/encoded]=onnx-tract/decode+analyze
+    [face_onnx_py_expert/encoded]=- [face_onnx_py_as_deployed/encoded]=-
+    [face_recognition_py/encoded]=-
 )
 LOAD_SERVER="$(cut -d' ' -f1 /proc/loadavg)"
 rm -f "$OUT"/bench-*.csv
@@ -169,6 +261,9 @@ for model in face face_onnx; do
         perf "$model" "$variant" "$variant" "concurrency 1 and 2" --concurrency-range 1:2
     done
 done
+for model in "${COMPARED[@]}"; do
+    perf "$model" encoded encoded "concurrency 1 and 2" --concurrency-range 1:2
+done
 SEQ_ARGS=(--sequence-length "$SEQ_LENGTH" --sequence-length-variation 0)
 perf face_sequence encoded rate \
     "$SEQ_RATE req/s over $SEQ_COUNT sequences of $SEQ_LENGTH" \
@@ -188,8 +283,19 @@ title="triton-face bench: $(basename "$PHOTO"), $PROTOCOL, 3 x $WINDOW_MS ms per
 load="1-min load average before: in-process bench $LOAD_ENGINE, server bench $LOAD_SERVER"
 seq="face_sequence: sequences of $SEQ_LENGTH frames; rate row: $SEQ_COUNT concurrent"
 seq+=" sequences; live sequences left after the runs: $LIVE."
-"$PYTHON" scripts/bench_report.py "${report_args[@]}" --criterion target/criterion \
-    --fresh-after "$START_EPOCH" \
+if [ "$LOAD_ENGINE" != - ]; then
+    report_args+=(--criterion target/criterion --fresh-after "$START_EPOCH")
+fi
+# Rust backend / its Python-backend (or tract) counterpart, same input, same run.
+if [ "$REFERENCE" = 1 ]; then
+    report_args+=(
+        --ratio face_onnx:ENCODED/face_onnx_py_expert:ENCODED
+        --ratio face_onnx:ENCODED/face_onnx_py_as_deployed:ENCODED
+        --ratio face_onnx_tract:ENCODED/face_onnx_py_as_deployed:ENCODED
+        --ratio face:ENCODED/face_recognition_py:ENCODED
+    )
+fi
+"$PYTHON" scripts/bench_report.py "${report_args[@]}" \
     --title "$title, $(date '+%F %T')" --note "$seq" --note "$load ($(nproc) CPUs)." \
     --out "$OUT/bench.txt"
 log "done in $((SECONDS - T0)) s: out/bench.txt"

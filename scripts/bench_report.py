@@ -4,14 +4,21 @@ in-process estimates (cargo bench --bench engine), with their ratios.
 
   bench_report.py --server face:ENCODED=enc.csv:engine/decode+analyze \
                   --server face_onnx:IMAGE=img.csv:onnx/analyze \
+                  --server face_onnx_py_expert:ENCODED=py.csv:- \
+                  --ratio face_onnx:ENCODED/face_onnx_py_expert:ENCODED \
                   --criterion target/criterion --out out/bench.txt
 
 Each --server is MODEL:INPUT=CSV:BENCH: the model and input perf_analyzer
 sent, its `-f` CSV, and the in-process benchmark (criterion GROUP/NAME) doing
-the same work per image. A CSV's rows are load levels: "Concurrency" (closed
-loop) or "Request Rate" (open loop, requests/s). If the run's -v output is
-next to the CSV as .log, the batch sizes the server's batcher formed are read
-from it.
+the same work per image, or `-` for none. A CSV's rows are load levels:
+"Concurrency" (closed loop) or "Request Rate" (open loop, requests/s). If the
+run's -v output is next to the CSV as .log, the batch sizes the server's
+batcher formed are read from it. Without --criterion (no in-process run) the
+in-process columns and table are left out.
+
+Each --ratio A/B (two MODEL:INPUT of --server) adds a comparison table: at
+each concurrency both ran, A's throughput / B's and B's latencies / A's (above
+1: A is faster).
 """
 import argparse
 import csv
@@ -26,11 +33,14 @@ BENCHES = {
     "engine/decode+analyze": "dlib, as one ENCODED request",
     "onnx/analyze": "onnx (tract) UltraFace + 68 lm + 512-d",
     "onnx/decode+analyze": "onnx, as one ENCODED request",
+    "onnx-tract/analyze": "onnx on tract (pure Rust)",
+    "onnx-tract/decode+analyze": "onnx on tract, as one ENCODED request",
 }
 LOAD_COLUMNS = {"Concurrency": "conc {}", "Request Rate": "{} req/s"}
 COMPUTE = ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
 SERVER_HEADER = ["model", "input", "load", "infer/s", "p50 ms", "p99 ms", "queue ms",
                  "compute ms", "batch", "server/in-process", "p50/in-process"]
+RATIO_HEADER = ["A / B", "load", "A infer/s", "B infer/s", "infer/s A/B", "p50 B/A", "p99 B/A"]
 
 
 def criterion_ms(root, bench, fresh_after=None):
@@ -92,7 +102,7 @@ def parse_spec(spec):
         path, bench = right.rsplit(":", 1)
     except ValueError:
         raise SystemExit(f"--server {spec!r}: expected MODEL:INPUT=CSV:BENCH") from None
-    if bench not in BENCHES:
+    if bench != "-" and bench not in BENCHES:
         raise SystemExit(f"--server {spec!r}: unknown benchmark {bench!r}; "
                          f"known: {', '.join(BENCHES)}")
     return model, label, path, bench
@@ -106,11 +116,36 @@ def server_rows(spec, local_ms):
         ips = float(row["Inferences/Second"])
         level = row[column]
         p50 = float(row["p50 latency"]) / 1000
+        local = local_ms.get(bench)
         # Open loop: throughput is the offered rate, not what the server can do.
-        ratio = f"{ips * local_ms[bench] / 1000:.2f}x" if column == "Concurrency" else "-"
+        ratio = f"{ips * local / 1000:.2f}x" if local and column == "Concurrency" else "-"
         yield [model, label, LOAD_COLUMNS[column].format(level), f"{ips:.2f}", f"{p50:.1f}",
                ms(row, "p99 latency"), ms(row, "Server Queue"), ms(row, *COMPUTE),
-               avg_batch(path, level), ratio, f"{p50 / local_ms[bench]:.2f}x", bench]
+               avg_batch(path, level), ratio, f"{p50 / local:.2f}x" if local else "-", bench]
+
+
+def ratio_rows(spec, csvs):
+    """Comparison rows for one --ratio A/B: per concurrency level both ran."""
+    try:
+        a, b = spec.split("/")
+        runs = [perf_rows(csvs[a]), perf_rows(csvs[b])]
+    except ValueError:
+        raise SystemExit(f"--ratio {spec!r}: expected MODEL:INPUT/MODEL:INPUT") from None
+    except KeyError as e:
+        raise SystemExit(f"--ratio {spec!r}: no --server for {e.args[0]}") from None
+    (rows_a, col_a), (rows_b, col_b) = runs
+    if col_a != "Concurrency" or col_b != "Concurrency":
+        raise SystemExit(f"--ratio {spec!r}: both runs must be closed loop (concurrency)")
+    by_level = {float(r[col_b]): r for r in rows_b}
+    for ra in rows_a:
+        rb = by_level.get(float(ra[col_a]))
+        if rb is None:
+            continue
+        ips_a, ips_b = float(ra["Inferences/Second"]), float(rb["Inferences/Second"])
+        slower = lambda c: f"{float(rb[c]) / float(ra[c]):.2f}x"  # noqa: E731
+        yield [f"{a.split(':')[0]} / {b.split(':')[0]}", f"conc {ra[col_a]}", f"{ips_a:.2f}",
+               f"{ips_b:.2f}", f"{ips_a / ips_b:.2f}x", slower("p50 latency"),
+               slower("p99 latency")]
 
 
 def table(header, rows, left=1):
@@ -124,8 +159,10 @@ def table(header, rows, left=1):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", action="append", default=[], metavar="MODEL:INPUT=CSV:BENCH")
-    ap.add_argument("--criterion", required=True,
-                    help="criterion output dir (target/criterion)")
+    ap.add_argument("--ratio", action="append", default=[], metavar="MODEL:INPUT/MODEL:INPUT",
+                    help="compare two --server runs (A/B)")
+    ap.add_argument("--criterion",
+                    help="criterion output dir (target/criterion); none: no in-process columns")
     ap.add_argument("--fresh-after", type=float, metavar="EPOCH",
                     help="fail if a criterion estimate is older (a benchmark that did not run)")
     ap.add_argument("--title", default="")
@@ -133,31 +170,47 @@ def main():
     ap.add_argument("--out")
     args = ap.parse_args()
 
-    local_ms = {b: criterion_ms(args.criterion, b, args.fresh_after) for b in BENCHES}
+    local_ms = {}
+    if args.criterion:
+        local_ms = {b: criterion_ms(args.criterion, b, args.fresh_after) for b in BENCHES}
     server = [row for spec in args.server for row in server_rows(spec, local_ms)]
     # Which rows each in-process benchmark is the reference for.
     compared = {}
+    csvs = {}
     for spec in args.server:
-        model, label, _, bench = parse_spec(spec)
+        model, label, path, bench = parse_spec(spec)
         compared.setdefault(bench, []).append(f"{model} {label}")
-    server = [row[:-1] for row in server]
-    local = [[b, what, f"{local_ms[b]:.1f}", f"{1000 / local_ms[b]:.2f}"]
-             for b, what in BENCHES.items()]
+        csvs[f"{model}:{label}"] = path
+    ratios = [row for spec in args.ratio for row in ratio_rows(spec, csvs)]
+    header = SERVER_HEADER if local_ms else SERVER_HEADER[:-2]
+    server = [row[:len(header)] for row in server]
 
     lines = [args.title] if args.title else []
     lines += ["", "Server: perf_analyzer -> tritonserver, same machine"]
-    lines += table(SERVER_HEADER, server, left=2)
-    lines += ["", "In-process: cargo bench --bench engine "
-              "(one engine, one caller thread; criterion mean)"]
-    lines += table(["benchmark", "work", "ms/image", "images/s"], local, left=2)
+    lines += table(header, server, left=2)
+    if ratios:
+        lines += ["", "A / B: the same requests to two models of that server, same run "
+                  "(above 1: A is faster)"]
+        lines += table(RATIO_HEADER, ratios, left=1)
+    if local_ms:
+        local = [[b, what, f"{local_ms[b]:.1f}", f"{1000 / local_ms[b]:.2f}"]
+                 for b, what in BENCHES.items()]
+        lines += ["", "In-process: cargo bench --bench engine "
+                  "(one engine, one caller thread; criterion mean)"]
+        lines += table(["benchmark", "work", "ms/image", "images/s"], local, left=2)
+        lines += [
+            "",
+            "Each server row is compared with the in-process benchmark doing the same work:",
+            *(f"  {bench}: {', '.join(dict.fromkeys(compared[bench]))}"
+              for bench in BENCHES if bench in compared),
+            "server/in-process = server infer/s / in-process images/s (closed loop only: at a",
+            "  fixed request rate infer/s is the offered rate). p50/in-process = p50 latency /",
+            "  in-process ms.",
+            "Every model runs 2 CPU instances: at concurrency 2 the throughput ratio can exceed 1.",
+        ]
+    else:
+        lines += ["", "No in-process run (no --criterion): no server/in-process columns."]
     lines += [
-        "",
-        "Each server row is compared with the in-process benchmark doing the same work:",
-        *(f"  {bench}: {', '.join(dict.fromkeys(compared[bench]))}"
-          for bench in BENCHES if bench in compared),
-        "server/in-process = server infer/s / in-process images/s (closed loop only: at a fixed",
-        "  request rate infer/s is the offered rate). p50/in-process = p50 latency / in-process ms.",
-        "Every model runs 2 CPU instances: at concurrency 2 the throughput ratio can exceed 1.",
         "queue/compute: server-side means per request; batch: requests per model execution.",
         *args.note,
     ]
