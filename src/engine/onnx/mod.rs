@@ -276,7 +276,7 @@ impl OnnxEngine {
         &mut self,
         frame: &Frame,
         max_faces: usize,
-    ) -> Result<(Vec<Face>, Vec<(&'static str, Duration)>)> {
+    ) -> Result<(Vec<Face>, StageTimes)> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
         let mut laps = Laps::timing();
         let faces = self.analyze_one(frame, max_faces, &mut laps)?;
@@ -284,12 +284,15 @@ impl OnnxEngine {
     }
 }
 
+/// Time spent per stage of one frame, in pipeline order.
+pub type StageTimes = Vec<(&'static str, Duration)>;
+
 /// Stage timings, when asked for: each `lap` adds the time since the last
 /// one to the stage it names (stages repeated per face add up).
 struct Laps {
     on: bool,
     last: Instant,
-    times: Vec<(&'static str, Duration)>,
+    times: StageTimes,
 }
 
 impl Laps {
