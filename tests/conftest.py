@@ -122,6 +122,7 @@ def _server_factory(suite_env, tmp_path_factory, prefix, engine: Engine):
 def _stop_all(servers: list[TritonServer]) -> None:
     for server in servers:
         server.stop()
+        server.discard_library()
 
 
 @pytest.fixture

@@ -400,6 +400,12 @@ class TritonServer:
             except Exception:  # a client of a dead server may fail to close; nothing to do
                 pass
 
+    def discard_library(self) -> None:
+        """Remove this repository's copies of the library (~200 MB each, debug build) once the
+        server is stopped for good; logs and galleries stay for a failed test's report."""
+        for copy in (self.root / "models").glob("*/libtriton_face.so"):
+            copy.unlink(missing_ok=True)
+
     def __enter__(self) -> "TritonServer":
         return self.start()
 
