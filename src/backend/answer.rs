@@ -38,7 +38,15 @@ pub fn answer(
         .map(|(frame, faces)| {
             let docs = faces
                 .iter()
-                .map(|f| FaceDoc::new(f, &model.gallery.best_match(&f.embedding), with_embeddings))
+                .map(|f| {
+                    FaceDoc::new(
+                        f,
+                        &model
+                            .gallery
+                            .best_match(&f.embedding, model.gallery.threshold()),
+                        with_embeddings,
+                    )
+                })
                 .collect();
             let doc = ImageDoc::new(frame, docs);
             match enrolled.as_mut().and_then(Iterator::next) {

@@ -89,7 +89,7 @@ fn read_names(request: &Request, images: usize) -> Result<Option<Vec<String>>> {
         )));
     }
     for name in &names {
-        crate::gallery::validate_name(name)?;
+        crate::gallery::validate_name(ENROLL, name)?;
     }
     Ok(Some(names))
 }
