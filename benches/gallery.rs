@@ -5,6 +5,11 @@
 //! Group "gallery": `enroll/0` and `enroll/10000`. Each timed enrollment is
 //! forgotten again, untimed, so the gallery keeps its size. The store lives
 //! under target/ (a real disk: a tmpfs would make fsync free).
+//!
+//! The fsync dominates and swings with whatever else the disk is doing, and
+//! criterion runs the two sizes one after the other; so the bench also prints
+//! a paired figure first: enrollments alternating between the two galleries,
+//! the median of each.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -55,27 +60,65 @@ fn gallery(dir: &Path, size: usize) -> Gallery {
     g
 }
 
+/// One timed ENROLL in `g` (then forgotten, untimed: the size stays).
+fn enroll_once(g: &Gallery, seed: u64) -> Duration {
+    let face = embedding(seed);
+    let start = Instant::now();
+    let done = g.enroll("probe", face).expect("enroll");
+    let spent = start.elapsed();
+    assert!(done.added);
+    g.forget(&["probe".to_string()]).expect("forget");
+    spent
+}
+
+/// Enrollments alternating between the galleries; prints each one's median.
+fn paired(galleries: &[(usize, Gallery)], rounds: u64) {
+    let mut times: Vec<Vec<Duration>> = galleries.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (k, (_, g)) in galleries.iter().enumerate() {
+            times[k].push(enroll_once(g, 2_000_000 + round));
+        }
+    }
+    let medians: Vec<Duration> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort();
+            t[t.len() / 2]
+        })
+        .collect();
+    for ((size, _), median) in galleries.iter().zip(&medians) {
+        println!("gallery/enroll/{size} paired: median {median:?} over {rounds} enrollments");
+    }
+    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
+    println!(
+        "gallery/enroll paired: {} / {} = {ratio:.2}",
+        SIZES[1], SIZES[0]
+    );
+}
+
 fn bench_enroll(c: &mut Criterion) {
+    let dirs: Vec<_> = SIZES
+        .iter()
+        .map(|_| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp folder"))
+        .collect();
+    let galleries: Vec<(usize, Gallery)> = SIZES
+        .iter()
+        .zip(&dirs)
+        .map(|(&size, dir)| (size, gallery(dir.path(), size)))
+        .collect();
+    paired(&galleries, 1000);
     let mut group = c.benchmark_group("gallery");
     group
         .sample_size(30)
         .measurement_time(Duration::from_secs(10));
-    let probe = vec!["probe".to_string()];
-    for size in SIZES {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp folder");
-        let g = gallery(dir.path(), size);
+    for (size, g) in &galleries {
         let mut seed = 1_000_000u64;
         group.bench_function(BenchmarkId::new("enroll", size), |b| {
             b.iter_custom(|iters| {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
                     seed += 1;
-                    let face = embedding(seed);
-                    let start = Instant::now();
-                    let done = g.enroll("probe", face).expect("enroll");
-                    spent += start.elapsed();
-                    assert!(done.added && done.gallery_size == size + 1);
-                    g.forget(&probe).expect("forget");
+                    spent += enroll_once(g, seed);
                 }
                 spent
             })

@@ -14,7 +14,7 @@ pub mod folder;
 pub mod names;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -92,15 +92,58 @@ struct Entry {
 struct Entries {
     from_images: Vec<Entry>,
     enrolled: Vec<Entry>,
+    /// Entries per enrolled name: an ENROLL of a new name checks for
+    /// duplicates without a scan, so its cost does not grow with the gallery.
+    enrolled_names: HashMap<String, usize>,
 }
 
 impl Entries {
+    fn new(from_images: Vec<Entry>, enrolled: Vec<Entry>) -> Self {
+        let mut e = Entries {
+            from_images,
+            enrolled: Vec::new(),
+            enrolled_names: HashMap::new(),
+        };
+        e.add_enrolled(enrolled);
+        e
+    }
+
     fn len(&self) -> usize {
         self.from_images.len() + self.enrolled.len()
     }
 
     fn all(&self) -> impl Iterator<Item = &Entry> {
         self.from_images.iter().chain(self.enrolled.iter())
+    }
+
+    /// The entries called `name`: the gallery images (few, always scanned)
+    /// and the enrolled ones, scanned only when the name is enrolled.
+    fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> {
+        let enrolled = if self.enrolled_names.contains_key(name) {
+            &self.enrolled[..]
+        } else {
+            &[]
+        };
+        self.from_images
+            .iter()
+            .chain(enrolled)
+            .filter(move |x| x.name == name)
+    }
+
+    fn add_enrolled(&mut self, added: impl IntoIterator<Item = Entry>) {
+        for entry in added {
+            *self.enrolled_names.entry(entry.name.clone()).or_default() += 1;
+            self.enrolled.push(entry);
+        }
+    }
+
+    fn remove_enrolled(&mut self, names: &[String]) {
+        if names.iter().any(|n| self.enrolled_names.contains_key(n)) {
+            self.enrolled.retain(|x| !names.contains(&x.name));
+        }
+        for name in names {
+            self.enrolled_names.remove(name);
+        }
     }
 }
 
@@ -159,10 +202,7 @@ impl Gallery {
             threshold,
             max_size,
             store: Mutex::new(store),
-            entries: RwLock::new(Entries {
-                from_images: Vec::new(),
-                enrolled,
-            }),
+            entries: RwLock::new(Entries::new(Vec::new(), enrolled)),
         };
         Ok((gallery, opened))
     }
@@ -278,7 +318,7 @@ impl Gallery {
             embedding,
             file: None,
         });
-        self.write().enrolled.extend(added);
+        self.write().add_enrolled(added);
         results
     }
 
@@ -312,7 +352,7 @@ impl Gallery {
         let close = |n: &str, v: &[f32]| {
             n == name && self.metric.distance(v, &embedding) < DUPLICATE_DISTANCE
         };
-        let duplicate = e.all().any(|x| close(&x.name, &x.embedding))
+        let duplicate = e.named(&name).any(|x| close(&x.name, &x.embedding))
             || pending.iter().any(|(n, v)| close(n, v));
         if duplicate {
             return Ok(Enrolled {
@@ -354,7 +394,7 @@ impl Gallery {
         };
         let removed = store.forget(names)?;
         let mut e = self.write();
-        e.enrolled.retain(|x| !names.contains(&x.name));
+        e.remove_enrolled(names);
         let size = e.len();
         let forgotten = names.iter().zip(removed).zip(files);
         Ok(forgotten
@@ -371,7 +411,7 @@ impl Gallery {
     /// the name has nothing else.
     fn files_to_keep(&self, e: &Entries, name: &str) -> Result<Vec<String>> {
         let files = self.files_of(e, name);
-        if files.is_empty() || e.enrolled.iter().any(|x| x.name == name) {
+        if files.is_empty() || e.enrolled_names.contains_key(name) {
             return Ok(files);
         }
         Err(Error::invalid(format!(

@@ -48,6 +48,8 @@ fn match_enroll_persist_reload() {
     assert_eq!(g.best_match(&[0.0, 0.0], 0.6), none);
     g.add_from_image("biden", vec![5.0, 5.0], &tmp.path().join("biden.jpg"))
         .unwrap();
+    let same_photo = g.enroll("biden", vec![5.0, 5.0]).unwrap();
+    assert!(!same_photo.added, "a duplicate of a gallery image");
     let r = g.enroll("obama", vec![0.0, 0.0]).unwrap();
     assert!(r.added);
     assert_eq!(r.gallery_size, 2);
@@ -107,6 +109,11 @@ fn forget_removes_enrolled_faces_durably() {
     assert_eq!((f[0].removed, f[0].gallery_size), (2, 1));
     assert_eq!(f[1].removed, 0, "an unknown name removes nothing");
     assert_eq!(g.best_match(&[0.0, 0.0], 0.6).name, None);
+    assert!(
+        g.enroll("a", vec![0.0, 0.0]).unwrap().added,
+        "still seen as a duplicate"
+    );
+    g.forget(&names(&["a"])).unwrap();
     let again = gallery(tmp.path(), 10);
     assert_eq!(again.len(), 1);
     // The name can be enrolled again afterwards.
