@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::gallery::{Enrolled, Match};
+use crate::gallery::{Enrolled, Forgotten, Known, Match};
 use crate::pipeline::{Face, Frame};
 
 /// What a face that matches nobody is called in the answers; inside the code
@@ -91,6 +91,14 @@ pub struct ImageDoc {
     pub faces: Option<Vec<FaceDoc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enrolled: Option<EnrolledDoc>,
+    /// FORGET's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgotten: Option<ForgottenDoc>,
+    /// LIST's answer: everyone known, and the gallery's size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub people: Option<Vec<Known>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gallery_size: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sequence: Option<SequenceDoc>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,6 +149,15 @@ pub struct EnrolledDoc {
     pub gallery_size: usize,
 }
 
+#[derive(Serialize, Debug)]
+pub struct ForgottenDoc {
+    pub name: String,
+    pub removed: usize,
+    pub gallery_size: usize,
+    /// Gallery images of that name, still known (relative to the folder).
+    pub folder_files: Vec<String>,
+}
+
 impl FaceDoc {
     pub fn new(face: &Face, matched: &Match, with_embedding: bool) -> Self {
         FaceDoc {
@@ -179,6 +196,28 @@ impl ImageDoc {
             gallery_size: e.gallery_size,
         });
         self
+    }
+
+    /// LIST's answer.
+    pub fn listing(people: Vec<Known>, gallery_size: usize) -> Self {
+        ImageDoc {
+            people: Some(people),
+            gallery_size: Some(gallery_size),
+            ..Default::default()
+        }
+    }
+
+    /// FORGET's answer for one name.
+    pub fn forgotten(f: &Forgotten) -> Self {
+        ImageDoc {
+            forgotten: Some(ForgottenDoc {
+                name: f.name.clone(),
+                removed: f.removed,
+                gallery_size: f.gallery_size,
+                folder_files: f.folder_files.clone(),
+            }),
+            ..Default::default()
+        }
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -237,5 +276,34 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["enrolled"]["gallery_size"], 3);
         assert_eq!(v["faces"][0]["embedding"], serde_json::json!([0.5, 0.25]));
+    }
+
+    #[test]
+    fn management_answers_carry_only_their_part() {
+        let people = vec![Known {
+            name: "bob".into(),
+            embeddings: 2,
+            source: crate::gallery::Source::Folder,
+        }];
+        let v: serde_json::Value =
+            serde_json::from_slice(&ImageDoc::listing(people, 2).to_json()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"people": [{"name": "bob", "embeddings": 2, "source": "folder"}],
+                               "gallery_size": 2})
+        );
+        let f = Forgotten {
+            name: "al".into(),
+            removed: 1,
+            gallery_size: 0,
+            folder_files: vec![],
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&ImageDoc::forgotten(&f).to_json()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"forgotten": {"name": "al", "removed": 1, "gallery_size": 0,
+                                             "folder_files": []}})
+        );
     }
 }

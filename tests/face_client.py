@@ -91,6 +91,32 @@ def infer_pixels(client, images, enroll=None) -> list[dict]:
     return infer(client, pixel_tensors(images, enroll))
 
 
+def forget_tensors(names: str | Sequence[str]) -> Tensors:
+    """FORGET [B, 1]: one name or several."""
+    return {"FORGET": bytes_tensor([names] if isinstance(names, str) else names)}
+
+
+def list_tensors(value: bool = True) -> Tensors:
+    """LIST [1, 1]."""
+    return {"LIST": np.array([[value]], dtype=np.bool_)}
+
+
+def forget(client, names: str | Sequence[str], model: str = MODEL, **options) -> list[dict]:
+    """FORGET `names`: one `forgotten` document per name."""
+    return infer(client, forget_tensors(names), model, **options)
+
+
+def list_people(client, model: str = MODEL, **options) -> dict:
+    """LIST: the one document with `people` and `gallery_size`."""
+    [doc] = infer(client, list_tensors(), model, **options)
+    return doc
+
+
+def people(doc: dict) -> list[tuple[str, int, str]]:
+    """A LIST answer's rows as (name, embeddings, source)."""
+    return [(p["name"], p["embeddings"], p["source"]) for p in doc["people"]]
+
+
 def submit(
     client: httpclient.InferenceServerClient, tensors: Tensors, model: str = MODEL, **options
 ):

@@ -1,15 +1,14 @@
 """The gallery: loading it from the model directory, enrolling through ENROLL, and the store
-(gallery/enrolled.json) surviving a clean restart, a SIGKILL and concurrent enrollments. Every
+(gallery/gallery.sqlite3) surviving a clean restart, a SIGKILL and concurrent enrollments. Every
 test runs against both engines."""
 
 from __future__ import annotations
-
-import json
 
 from face_client import (
     assert_person, assert_serving, collect, expect_invalid, infer_encoded, infer_pixels, names,
     pixel_tensors, submit,
 )
+from gallery_store import stored_names
 
 
 def _gallery(photos, **files: str) -> dict:
@@ -18,12 +17,9 @@ def _gallery(photos, **files: str) -> dict:
 
 
 def _assert_stored(server, name: str) -> None:
-    """gallery/enrolled.json exists, parses as JSON and mentions `name`."""
-    path = server.gallery_dir / "enrolled.json"
-    assert path.is_file(), f"{path} was not written"
-    text = path.read_text()
-    json.loads(text)
-    assert f'"{name}"' in text, f"enrolled.json does not mention {name!r}: {text[:200]}"
+    """The gallery store exists and holds a row named `name`."""
+    stored = stored_names(server.gallery_dir)
+    assert name in stored, f"the gallery store does not hold {name!r}: {stored}"
 
 
 def _who(client, photos, photo: str) -> list[str]:
@@ -131,7 +127,7 @@ def test_reserved_names_are_refused(start_server, photos, probe, engine):
     [doc] = infer_encoded(client, [photos.bytes("obama2.jpg")])
     assert_person(doc, "unknown", engine)
     assert doc["faces"][0]["distance"] is None, "a refused name was stored"
-    assert not (server.gallery_dir / "enrolled.json").exists()
+    assert stored_names(server.gallery_dir) == [], "a refused name reached the store"
     assert_serving(client, probe)
 
 

@@ -207,6 +207,12 @@ TRITONSERVER_Error* TRITONBACKEND_RequestCorrelationIdString(
     TRITONBACKEND_Request* request, const char** id);
 TRITONSERVER_Error* TRITONBACKEND_RequestFlags(
     TRITONBACKEND_Request* request, uint32_t* flags);
+TRITONSERVER_Error* TRITONBACKEND_RequestParameterCount(
+    TRITONBACKEND_Request* request, uint32_t* count);
+/* vvalue: const char* (STRING), int64_t* (INT), bool* (BOOL), double* (DOUBLE). */
+TRITONSERVER_Error* TRITONBACKEND_RequestParameter(
+    TRITONBACKEND_Request* request, const uint32_t index, const char** key,
+    TRITONSERVER_ParameterType* type, const void** vvalue);
 TRITONSERVER_Error* TRITONBACKEND_RequestInputCount(
     TRITONBACKEND_Request* request, uint32_t* count);
 TRITONSERVER_Error* TRITONBACKEND_RequestInputName(

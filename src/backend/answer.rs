@@ -1,5 +1,6 @@
-//! One request's answer: name the faces (gallery), follow its sequence (if
-//! any), and render one JSON document per image into RESULT.
+//! One request's answer: name the faces (gallery, within the request's
+//! threshold), follow its sequence (if any), and render one JSON document per
+//! image (or per gallery change) into RESULT.
 
 use std::time::Instant;
 
@@ -8,7 +9,7 @@ use crate::backend::enroll::Analyzed;
 use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
 use crate::gallery::Enrolled;
-use crate::pipeline::Face;
+use crate::pipeline::{Face, Frame};
 use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
 use crate::sequence::{Observed, Sequences};
 use crate::triton::BytesTensor;
@@ -17,11 +18,13 @@ pub const RESULT: &str = "RESULT";
 
 pub type Outcome = Result<Vec<BytesTensor>>;
 
-/// Match, follow the sequence (if any), and render one request's documents.
+/// Match, follow the sequence (if any), and render one request's documents
+/// (a managing request's come ready in `managed`).
 pub fn answer(
     model: &ModelState,
     analyzed: Analyzed,
     enrolled: Option<Vec<Enrolled>>,
+    managed: Option<Vec<ImageDoc>>,
     sequences: Option<&mut Sequences>,
 ) -> Outcome {
     let Analyzed { job, faces } = analyzed;
@@ -29,16 +32,42 @@ pub fn answer(
         // An idle slot of the sequence batcher: answer, touch nothing.
         return Ok(result_tensor(model, vec![b"{}".to_vec()]));
     }
+    let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
+    let mut docs = match managed {
+        Some(docs) => docs,
+        None => image_docs(model, &job.frames, &faces, enrolled, threshold),
+    };
+    if let Some(step) = &job.step {
+        let sequences = sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
+        follow_sequence(model, step, &faces, threshold, &mut docs, sequences)?;
+    }
+    Ok(result_tensor(
+        model,
+        docs.iter().map(ImageDoc::to_json).collect(),
+    ))
+}
+
+/// One document per frame: its faces named within `threshold`, and the
+/// enrollment's record where there is one.
+fn image_docs(
+    model: &ModelState,
+    frames: &[Frame],
+    faces: &[Vec<Face>],
+    enrolled: Option<Vec<Enrolled>>,
+    threshold: f32,
+) -> Vec<ImageDoc> {
     let with_embeddings = model.settings.return_embeddings;
     let mut enrolled = enrolled.map(Vec::into_iter);
-    let mut docs: Vec<ImageDoc> = job
-        .frames
+    frames
         .iter()
-        .zip(&faces)
+        .zip(faces)
         .map(|(frame, faces)| {
             let docs = faces
                 .iter()
-                .map(|f| FaceDoc::new(f, &model.gallery.best_match(&f.embedding), with_embeddings))
+                .map(|f| {
+                    let matched = model.gallery.best_match(&f.embedding, threshold);
+                    FaceDoc::new(f, &matched, with_embeddings)
+                })
                 .collect();
             let doc = ImageDoc::new(frame, docs);
             match enrolled.as_mut().and_then(Iterator::next) {
@@ -46,15 +75,7 @@ pub fn answer(
                 None => doc,
             }
         })
-        .collect();
-    if let Some(step) = &job.step {
-        let sequences = sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
-        follow_sequence(model, step, &faces, &mut docs, sequences)?;
-    }
-    Ok(result_tensor(
-        model,
-        docs.iter().map(ImageDoc::to_json).collect(),
-    ))
+        .collect()
 }
 
 /// RESULT holding one JSON document per image.
@@ -73,11 +94,13 @@ fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor>
 
 /// Apply one request's sequence step: START opens the state, each frame joins
 /// it (faces get tracks), END adds the summary and drops the state. The docs
-/// gain their `sequence` part; a request without a frame gets one doc.
+/// gain their `sequence` part (frame null for those without an image); a
+/// request with no document gets one.
 fn follow_sequence(
     model: &ModelState,
     step: &Step,
     faces: &[Vec<Face>],
+    threshold: f32,
     docs: &mut Vec<ImageDoc>,
     sequences: &mut Sequences,
 ) -> Result<()> {
@@ -87,7 +110,7 @@ fn follow_sequence(
         sequences.start(&step.id, now)?;
     }
     let state = sequences.get(&step.id, now)?;
-    let (metric, threshold) = (model.gallery.metric(), model.gallery.threshold());
+    let metric = model.gallery.metric();
     for (doc, faces) in docs.iter_mut().zip(faces) {
         let face_docs = doc
             .faces
@@ -113,12 +136,12 @@ fn follow_sequence(
         });
     }
     if docs.is_empty() {
-        docs.push(ImageDoc {
-            sequence: Some(SequenceDoc {
-                correlation_id: step.id.clone(),
-                frame: None,
-            }),
-            ..Default::default()
+        docs.push(ImageDoc::default());
+    }
+    for doc in docs.iter_mut().filter(|d| d.sequence.is_none()) {
+        doc.sequence = Some(SequenceDoc {
+            correlation_id: step.id.clone(),
+            frame: None,
         });
     }
     if step.end {

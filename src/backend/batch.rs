@@ -1,6 +1,7 @@
 //! The face work of one Execute: read every request (a bad one fails alone),
-//! run the engine on all frames of the batch together, enroll, then answer
-//! each request in order (sequence steps under one lock).
+//! run the engine on all frames of the batch together, enroll, manage the
+//! gallery (FORGET, LIST), then answer each request in order (sequence steps
+//! under one lock).
 
 use std::time::Instant;
 
@@ -8,6 +9,7 @@ use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::{enroll_batch, Analyzed};
 use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Job};
+use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
 use crate::error::Result;
 use crate::pipeline::{Face, Frame};
@@ -35,6 +37,7 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     let compute_start = now_ns();
     let mut batch = analyze(state, jobs, settings.max_faces_per_image);
     let enrolled = enroll_batch(&model.gallery, &mut batch);
+    let managed = manage_batch(&model.gallery, &mut batch);
 
     // Sequence steps run in request order under one lock, after the engine.
     let mut sequences = model
@@ -47,7 +50,10 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     let outcomes = batch
         .into_iter()
         .zip(enrolled)
-        .map(|(item, enrolled)| answer(model, item?, enrolled, sequences.as_deref_mut()))
+        .zip(managed)
+        .map(|((item, enrolled), managed)| {
+            answer(model, item?, enrolled, managed, sequences.as_deref_mut())
+        })
         .collect();
     if let (Some(seqs), Some(gauge)) = (sequences.as_deref(), &model.live_gauge) {
         gauge.set(seqs.len() as f64);

@@ -12,6 +12,7 @@ use crate::backend::parameters::{self, Draft, PARAMETERS};
 use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
+use crate::gallery::store::StoreKind;
 use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
@@ -26,6 +27,7 @@ pub struct Settings {
     /// Absolute: relative values are resolved against the model directory.
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
+    pub gallery_store: StoreKind,
     pub pixel_format: PixelFormat,
     /// `None`: the engine's own default (0.6 for dlib's Euclidean distance, 0.5 for
     /// the onnx engine's 1 - cosine).
@@ -274,6 +276,7 @@ impl Settings {
             dlib: DlibSettings::default(),
             weights_dir: PathBuf::new(),
             gallery_dir: PathBuf::new(),
+            gallery_store: StoreKind::Sqlite,
             pixel_format: PixelFormat::Rgb,
             match_threshold: None,
             max_image_pixels: 0,
@@ -336,6 +339,7 @@ mod tests {
         assert_eq!(s.dlib.cnn_min_side, 32);
         assert_eq!(s.weights_dir, Path::new("/m/weights"));
         assert_eq!(s.gallery_dir, Path::new("/m/gallery"));
+        assert_eq!(s.gallery_store, StoreKind::Sqlite);
         assert_eq!(s.pixel_format, PixelFormat::Rgb);
         assert!(s.match_threshold.is_none());
         assert_eq!(s.max_image_pixels, 40_000_000);

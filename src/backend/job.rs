@@ -1,19 +1,35 @@
 //! What one request asks for: its frames (from IMAGE or ENCODED), the names
-//! to enroll (ENROLL), and for sequence models its place in the sequence.
+//! to enroll (ENROLL), or a change to the gallery instead (FORGET, LIST);
+//! its own match threshold (request parameter `match_threshold`); and for
+//! sequence models its place in the sequence.
 
 use crate::backend::config::Settings;
 use crate::backend::controls::{read_step, Step};
 use crate::backend::tensors::{read_encoded, read_pixels, read_strings, ENCODED, IMAGE};
 use crate::error::{Error, Result};
 use crate::pipeline::Frame;
-use crate::triton::Request;
+use crate::triton::request::ParameterValue;
+use crate::triton::{sys, Input, Request};
 
 pub const ENROLL: &str = "ENROLL";
+pub const FORGET: &str = "FORGET";
+pub const LIST: &str = "LIST";
+pub const MATCH_THRESHOLD: &str = "match_threshold";
+
+/// A request that manages the gallery instead of showing an image.
+pub enum Manage {
+    /// Forget these names (one document each).
+    Forget(Vec<String>),
+    List,
+}
 
 pub struct Job {
     pub frames: Vec<Frame>,
     /// One name per frame, for ENROLL requests.
     pub enroll: Option<Vec<String>>,
+    pub manage: Option<Manage>,
+    /// The request's own `match_threshold`, else the model's holds.
+    pub threshold: Option<f32>,
     /// Sequence models: this request's place in its sequence.
     pub step: Option<Step>,
 }
@@ -43,9 +59,23 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
     let mut job = Job {
         frames: Vec::new(),
         enroll: None,
+        manage: None,
+        threshold: None,
         step,
     };
     if job.is_idle() {
+        return Ok(job);
+    }
+    job.threshold = read_threshold(request)?;
+    job.manage = read_manage(request)?;
+    if job.manage.is_some() {
+        for alone in [IMAGE, ENCODED, ENROLL] {
+            if request.input(alone)?.is_some() {
+                return Err(Error::invalid(format!(
+                    "{FORGET} and {LIST} go alone: send no {alone} with them"
+                )));
+            }
+        }
         return Ok(job);
     }
     // START and END may come without a frame.
@@ -75,21 +105,83 @@ fn read_names(request: &Request, images: usize) -> Result<Option<Vec<String>>> {
     let Some(input) = request.input(ENROLL)? else {
         return Ok(None);
     };
-    let names: Vec<String> = read_strings(&input)?
-        .into_iter()
-        .map(|b| {
-            String::from_utf8(b)
-                .map_err(|_| Error::invalid(format!("{ENROLL}: the name is not valid UTF-8")))
-        })
-        .collect::<Result<_>>()?;
+    let names = names_of(&input, ENROLL)?;
     if names.len() != images {
         return Err(Error::invalid(format!(
             "{ENROLL}: {} names for {images} images; send one name per image",
             names.len(),
         )));
     }
-    for name in &names {
-        crate::gallery::validate_name(name)?;
-    }
     Ok(Some(names))
+}
+
+/// The valid names of a TYPE_STRING input (`what` names it in messages).
+fn names_of(input: &Input, what: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = read_strings(input)?
+        .into_iter()
+        .map(|b| {
+            String::from_utf8(b)
+                .map_err(|_| Error::invalid(format!("{what}: the name is not valid UTF-8")))
+        })
+        .collect::<Result<_>>()?;
+    for name in &names {
+        crate::gallery::validate_name(what, name)?;
+    }
+    Ok(names)
+}
+
+/// FORGET (its names) or LIST (when true); not both.
+fn read_manage(request: &Request) -> Result<Option<Manage>> {
+    match (request.input(FORGET)?, request.input(LIST)?) {
+        (Some(_), Some(_)) => Err(Error::invalid(format!(
+            "send {FORGET} or {LIST} in a request, not both"
+        ))),
+        (Some(input), None) => {
+            let names = names_of(&input, FORGET)?;
+            if names.is_empty() {
+                return Err(Error::invalid(format!("{FORGET}: no name in the request")));
+            }
+            Ok(Some(Manage::Forget(names)))
+        }
+        (None, Some(input)) => Ok(read_flag(&input)?.then_some(Manage::List)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A TYPE_BOOL input holding one element.
+fn read_flag(input: &Input) -> Result<bool> {
+    if input.datatype != sys::TRITONSERVER_TYPE_BOOL {
+        return Err(Error::invalid(format!(
+            "{}: expected data type BOOL, got type code {}",
+            input.name, input.datatype
+        )));
+    }
+    let data = input.host_bytes()?;
+    match (input.shape.iter().product::<i64>(), &data[..]) {
+        (1, [byte]) => Ok(*byte != 0),
+        _ => Err(Error::invalid(format!(
+            "{}: expected one element, got shape {:?}",
+            input.name, input.shape
+        ))),
+    }
+}
+
+/// The request parameter `match_threshold`: a positive number, as the model
+/// parameter of the same name takes (for either metric).
+fn read_threshold(request: &Request) -> Result<Option<f32>> {
+    let Some(value) = request.parameter(MATCH_THRESHOLD)? else {
+        return Ok(None);
+    };
+    let number = match value {
+        ParameterValue::Double(x) => Some(x as f32),
+        ParameterValue::Int(n) => Some(n as f32),
+        _ => None,
+    };
+    match number.filter(|x| x.is_finite() && *x > 0.0) {
+        Some(x) => Ok(Some(x)),
+        None => Err(Error::invalid(format!(
+            "request parameter {MATCH_THRESHOLD} = {value} is invalid: expected a positive \
+             number (the same-person distance: Euclidean for dlib, 1 - cosine for onnx)"
+        ))),
+    }
 }

@@ -2,7 +2,8 @@
 //! `model` (config, gallery), `instance` (engine), and one Execute:
 //! `execute` (responses first, answers, statistics) → `job` (what a request
 //! asks for: `tensors`, `controls`) → `batch` (engine over the whole batch)
-//! → `enroll` (one gallery write) → `answer` (names, sequence, JSON).
+//! → `enroll` (one gallery write) → `manage` (FORGET, LIST) → `answer`
+//! (names, sequence, JSON).
 
 pub mod answer;
 pub mod batch;
@@ -12,6 +13,7 @@ pub mod enroll;
 pub mod execute;
 pub mod instance;
 pub mod job;
+pub mod manage;
 pub mod model;
 pub mod parameters;
 pub mod tensors;

@@ -1,16 +1,20 @@
 //! Model state: settings parsed from config.pbtxt and the gallery, shared by
 //! all instances of the model.
 
-use crate::backend::config::Settings;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use crate::backend::config::{EngineKind, Settings};
+use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::gallery::{gallery_images, validate_name, Gallery};
+use crate::gallery::store::{self, Identity};
+use crate::gallery::{gallery_images, validate_name, Gallery, Opened};
 use crate::pipeline::image::frame_from_encoded;
 use crate::pipeline::Metric;
 use crate::sequence::Sequences;
 use crate::triton::metrics::Gauge;
 use crate::triton::{log, ModelHandle};
-use std::sync::Mutex;
 
 pub struct ModelState {
     pub name: String,
@@ -51,26 +55,7 @@ impl ModelState {
         // Loading an engine here also proves the weights are usable before any
         // instance starts; it then embeds the gallery images and is dropped.
         let mut engine = new_engine(&settings)?;
-        let threshold = settings
-            .match_threshold
-            .unwrap_or_else(|| default_threshold(engine.metric()));
-        let gallery = Gallery::open(
-            &settings.gallery_dir,
-            engine.name(),
-            engine.metric(),
-            engine.embedding_len(),
-            threshold,
-            settings.max_gallery_size,
-        )?;
-        let enrolled = gallery.len();
-        let from_images = load_gallery_images(&gallery, engine.as_mut(), &settings)?;
-        log::info(&format!(
-            "model '{name}': engine {}; gallery {} with {from_images} people from images \
-             and {enrolled} enrolled faces, match threshold {threshold} ({})",
-            engine.describe(),
-            settings.gallery_dir.display(),
-            engine.metric().name(),
-        ));
+        let gallery = open_gallery(&name, &settings, engine.as_mut())?;
         let sequences = settings.sequence.as_ref().map(|q| {
             log::info(&format!(
                 "model '{name}': sequence state for up to {} sequences, {} frames kept per summary, \
@@ -100,6 +85,77 @@ impl ModelState {
     }
 }
 
+/// The gallery: its store opened for this engine's embeddings, then the
+/// folder's images embedded; what it holds is logged.
+fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Result<Gallery> {
+    let (metric, dim) = (engine.metric(), engine.embedding_len());
+    let files = model_files(settings);
+    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+    let identity = Identity::of_files(engine.name(), metric, dim, &files)?;
+    let store = store::open(settings.gallery_store, &settings.gallery_dir, &identity)?;
+    let threshold = settings
+        .match_threshold
+        .unwrap_or_else(|| default_threshold(metric));
+    let max = settings.max_gallery_size;
+    let (gallery, opened) =
+        Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;
+    log_opened(name, &identity, &opened);
+    let from_images = load_gallery_images(&gallery, engine, settings)?;
+    log::info(&format!(
+        "model '{name}': engine {}; gallery {} with {from_images} people from images \
+         and {} enrolled faces, match threshold {threshold} ({})",
+        engine.describe(),
+        settings.gallery_dir.display(),
+        opened.enrolled,
+        metric.name(),
+    ));
+    Ok(gallery)
+}
+
+/// The files whose contents decide the embeddings: every model file the
+/// engine loads (another detector or other weights: another embedder).
+fn model_files(s: &Settings) -> Vec<PathBuf> {
+    match s.engine {
+        EngineKind::Dlib => {
+            let cnn = (s.detector == DetectorKind::Cnn).then_some(MMOD_FILE);
+            let names = cnn.into_iter().chain([SHAPE5_FILE, RESNET_FILE]);
+            names.map(|f| s.weights_dir.join(f)).collect()
+        }
+        EngineKind::Onnx => {
+            let o = &s.onnx;
+            let landmark = o.landmark_model.iter().cloned();
+            std::iter::once(o.detector_model.clone())
+                .chain(landmark)
+                .chain([o.embedder_model.clone()])
+                .collect()
+        }
+    }
+}
+
+fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
+    log::info(&format!(
+        "model '{name}': gallery store {}, embedder {identity}",
+        opened.store
+    ));
+    if let Some(m) = &opened.migrated {
+        log::info(&format!(
+            "model '{name}': imported {} enrolled faces from {} into the gallery store, \
+             renamed it {}",
+            m.entries,
+            m.from.display(),
+            m.renamed_to.display()
+        ));
+    }
+    if opened.foreign > 0 {
+        log::warn(&format!(
+            "model '{name}': {} enrolled faces in the gallery store were made by another \
+             embedder (engine, metric, length or model files differ from {identity}); they are \
+             kept but not matched",
+            opened.foreign
+        ));
+    }
+}
+
 /// Embed every gallery image; an image that cannot be used is skipped with a
 /// warning naming it. Returns how many were added.
 fn load_gallery_images(
@@ -110,7 +166,7 @@ fn load_gallery_images(
     let mut added = 0;
     for (name, path) in gallery_images(&settings.gallery_dir)? {
         let shown = path.display();
-        let face = validate_name(&name)
+        let face = validate_name("gallery image", &name)
             .and_then(|()| {
                 let bytes = std::fs::read(&path)
                     .map_err(|e| crate::error::Error::unavailable(format!("cannot read: {e}")))?;
@@ -123,7 +179,7 @@ fn load_gallery_images(
             });
         match face {
             Ok(mut faces) if faces.len() == 1 => {
-                gallery.add_from_image(&name, faces.remove(0).embedding)?;
+                gallery.add_from_image(&name, faces.remove(0).embedding, &path)?;
                 added += 1;
             }
             Ok(faces) => log::warn(&format!(

@@ -9,6 +9,7 @@ use crate::backend::config::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};
+use crate::gallery::store::StoreKind;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
 
@@ -233,6 +234,15 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning: "gallery folder, relative to the model folder",
         section: Section::General,
         apply: |d, v| path(d.model_dir, v).map(|p| d.settings.gallery_dir = p),
+    },
+    Parameter {
+        name: "gallery_store",
+        kind: Kind::Choice(&["sqlite", "postgres"]),
+        default: Default::Value("sqlite"),
+        meaning: "where enrolled faces are kept: `sqlite` (`gallery.sqlite3` in the gallery \
+                  folder); `postgres` is not built yet (the load fails with `UNSUPPORTED`)",
+        section: Section::General,
+        apply: |d, v| StoreKind::parse(v).map(|k| d.settings.gallery_store = k),
     },
     Parameter {
         name: "pixel_format",

@@ -8,7 +8,7 @@
 //! client is left waiting.
 
 use std::borrow::Cow;
-use std::ffi::{CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
 
 use super::error::{api, call};
@@ -21,6 +21,31 @@ use crate::error::{Error, Result};
 pub enum CorrelationId {
     Int(u64),
     Str(String),
+}
+
+/// A request parameter as the client sent it (tritonclient's
+/// `parameters={...}`: a Python float arrives as `Double`, an int as `Int`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParameterValue {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    Double(f64),
+    /// Raw bytes (not read: no parameter of ours takes them).
+    Bytes,
+}
+
+impl std::fmt::Display for ParameterValue {
+    /// As a message shows it: `0.5`, `"0.5" (a string)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParameterValue::Str(s) => write!(f, "{s:?} (a string)"),
+            ParameterValue::Int(n) => write!(f, "{n}"),
+            ParameterValue::Bool(b) => write!(f, "{b} (a bool)"),
+            ParameterValue::Double(x) => write!(f, "{x}"),
+            ParameterValue::Bytes => f.write_str("bytes"),
+        }
+    }
 }
 
 /// The requests handed to Execute, still owned by the server.
@@ -109,6 +134,38 @@ impl Request {
         Input::new(input, name).map(Some)
     }
 
+    /// The request parameter `key`, or `None` when the client did not send it.
+    pub fn parameter(&self, key: &str) -> Result<Option<ParameterValue>> {
+        let api = api()?;
+        let mut count = 0u32;
+        call!(api.TRITONBACKEND_RequestParameterCount(self.raw, &mut count))?;
+        for i in 0..count {
+            let (mut raw_key, mut kind, mut value) =
+                (ptr::null(), sys::TRITONSERVER_PARAMETER_BYTES, ptr::null());
+            call!(api.TRITONBACKEND_RequestParameter(
+                self.raw,
+                i,
+                &mut raw_key,
+                &mut kind,
+                &mut value
+            ))?;
+            // SAFETY: NUL-terminated, valid while the request lives.
+            if raw_key.is_null() || unsafe { CStr::from_ptr(raw_key) }.to_bytes() != key.as_bytes()
+            {
+                continue;
+            }
+            if value.is_null() {
+                return Err(Error::internal(format!(
+                    "request parameter {key}: null value"
+                )));
+            }
+            // SAFETY: the server says `value` points at a value of type `kind`
+            // (see the header), valid while the request lives.
+            return Ok(Some(unsafe { parameter_value(kind, value) }));
+        }
+        Ok(None)
+    }
+
     /// Request flags (sequence start / end bits).
     pub fn flags(&self) -> Result<u32> {
         let api = api()?;
@@ -182,6 +239,31 @@ impl Drop for Request {
             call!(api.TRITONBACKEND_RequestRelease(self.raw, sys::TRITONSERVER_REQUEST_RELEASE_ALL))
         {
             log::error(&format!("failed to release a request: {e}"));
+        }
+    }
+}
+
+/// Read a parameter's value.
+///
+/// # Safety
+/// `value` is non-null and points at what `kind` says (TRITONBACKEND_RequestParameter).
+unsafe fn parameter_value(
+    kind: sys::TRITONSERVER_ParameterType,
+    value: *const c_void,
+) -> ParameterValue {
+    // SAFETY: in each arm the pointee's type is the one `kind` names, and
+    // strings are NUL-terminated (caller's contract).
+    unsafe {
+        match kind {
+            sys::TRITONSERVER_PARAMETER_STRING => ParameterValue::Str(
+                CStr::from_ptr(value as *const c_char)
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            sys::TRITONSERVER_PARAMETER_INT => ParameterValue::Int(*(value as *const i64)),
+            sys::TRITONSERVER_PARAMETER_BOOL => ParameterValue::Bool(*(value as *const u8) != 0),
+            sys::TRITONSERVER_PARAMETER_DOUBLE => ParameterValue::Double(*(value as *const f64)),
+            _ => ParameterValue::Bytes,
         }
     }
 }

@@ -1,0 +1,131 @@
+//! What one ENROLL costs the gallery (staging, the SQLite transaction with
+//! its fsync, applying it in memory) in an empty gallery and in one of
+//! 10,000 entries: with a store that writes only the change, the two match.
+//!
+//! Group "gallery": `enroll/0` and `enroll/10000`. Each timed enrollment is
+//! forgotten again, untimed, so the gallery keeps its size. The store lives
+//! under target/ (a real disk: a tmpfs would make fsync free).
+//!
+//! The fsync dominates and swings with whatever else the disk is doing, and
+//! criterion runs the two sizes one after the other; so the bench also prints
+//! a paired figure first: enrollments alternating between the two galleries,
+//! the median of each.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use triton_face::gallery::store::{self, Identity, StoreKind};
+use triton_face::gallery::Gallery;
+use triton_face::pipeline::Metric;
+
+const DIM: usize = 128;
+const SIZES: [usize; 2] = [0, 10_000];
+
+/// A distinct, deterministic embedding for each `seed`.
+fn embedding(seed: u64) -> Vec<f32> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..DIM)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// A gallery in `dir` holding `size` enrolled faces (written in batches).
+fn gallery(dir: &Path, size: usize) -> Gallery {
+    let identity = Identity {
+        engine: "bench".into(),
+        metric: Metric::Euclidean.name().into(),
+        dim: DIM,
+        model_hash: "bench".into(),
+    };
+    let store = store::open(StoreKind::Sqlite, dir, &identity).expect("open the store");
+    let (g, _) = Gallery::open(dir, store, Metric::Euclidean, DIM, 0.6, size + 1000)
+        .expect("open the gallery");
+    for start in (0..size).step_by(1000) {
+        let batch = (start..(start + 1000).min(size))
+            .map(|i| (format!("person {i}"), embedding(i as u64)))
+            .collect();
+        for r in g.enroll_batch(vec![batch]) {
+            r.expect("fill the gallery");
+        }
+    }
+    assert_eq!(g.len(), size);
+    g
+}
+
+/// One timed ENROLL in `g` (then forgotten, untimed: the size stays).
+fn enroll_once(g: &Gallery, seed: u64) -> Duration {
+    let face = embedding(seed);
+    let start = Instant::now();
+    let done = g.enroll("probe", face).expect("enroll");
+    let spent = start.elapsed();
+    assert!(done.added);
+    g.forget(&["probe".to_string()]).expect("forget");
+    spent
+}
+
+/// Enrollments alternating between the galleries; prints each one's median.
+fn paired(galleries: &[(usize, Gallery)], rounds: u64) {
+    let mut times: Vec<Vec<Duration>> = galleries.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (k, (_, g)) in galleries.iter().enumerate() {
+            times[k].push(enroll_once(g, 2_000_000 + round));
+        }
+    }
+    let medians: Vec<Duration> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort();
+            t[t.len() / 2]
+        })
+        .collect();
+    for ((size, _), median) in galleries.iter().zip(&medians) {
+        println!("gallery/enroll/{size} paired: median {median:?} over {rounds} enrollments");
+    }
+    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
+    println!(
+        "gallery/enroll paired: {} / {} = {ratio:.2}",
+        SIZES[1], SIZES[0]
+    );
+}
+
+fn bench_enroll(c: &mut Criterion) {
+    let dirs: Vec<_> = SIZES
+        .iter()
+        .map(|_| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp folder"))
+        .collect();
+    let galleries: Vec<(usize, Gallery)> = SIZES
+        .iter()
+        .zip(&dirs)
+        .map(|(&size, dir)| (size, gallery(dir.path(), size)))
+        .collect();
+    paired(&galleries, 1000);
+    let mut group = c.benchmark_group("gallery");
+    group
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(10));
+    for (size, g) in &galleries {
+        let mut seed = 1_000_000u64;
+        group.bench_function(BenchmarkId::new("enroll", size), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    seed += 1;
+                    spent += enroll_once(g, seed);
+                }
+                spent
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_enroll);
+criterion_main!(benches);

@@ -1,0 +1,44 @@
+//! FORGET and LIST: requests that manage the gallery instead of showing an
+//! image. They run after the batch's enrollments; each answers with its own
+//! documents, FORGET only once its change is durable.
+
+use crate::backend::enroll::Analyzed;
+use crate::backend::job::Manage;
+use crate::error::Result;
+use crate::gallery::Gallery;
+use crate::result::ImageDoc;
+
+/// The documents of every managing request of the batch (`None` for the
+/// others); a request whose change fails becomes that error.
+pub fn manage_batch(
+    gallery: &Gallery,
+    batch: &mut [Result<Analyzed>],
+) -> Vec<Option<Vec<ImageDoc>>> {
+    batch
+        .iter_mut()
+        .map(|item| {
+            let manage = item.as_ref().ok()?.job.manage.as_ref()?;
+            match run(gallery, manage) {
+                Ok(docs) => Some(docs),
+                Err(e) => {
+                    *item = Err(e);
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn run(gallery: &Gallery, manage: &Manage) -> Result<Vec<ImageDoc>> {
+    Ok(match manage {
+        Manage::List => {
+            let (people, size) = gallery.people();
+            vec![ImageDoc::listing(people, size)]
+        }
+        Manage::Forget(names) => gallery
+            .forget(names)?
+            .iter()
+            .map(ImageDoc::forgotten)
+            .collect(),
+    })
+}

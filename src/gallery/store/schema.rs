@@ -1,0 +1,115 @@
+//! The SQLite schema, versioned by `PRAGMA user_version`: migration `i`
+//! takes a database from version `i` to `i + 1`, in one transaction with the
+//! version bump, so a crash leaves either version, never a mix. Append new
+//! migrations; never edit one that has shipped.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{Error, Result};
+
+const MIGRATIONS: &[&str] = &[
+    // 1: embedders, enrollments, the removal log, imported files.
+    "CREATE TABLE embedders (
+         id INTEGER PRIMARY KEY,
+         engine TEXT NOT NULL,
+         metric TEXT NOT NULL,
+         dim INTEGER NOT NULL,
+         model_hash TEXT NOT NULL,
+         UNIQUE (engine, metric, dim, model_hash)
+     );
+     -- AUTOINCREMENT: an id is never reused, even after its row is removed.
+     CREATE TABLE enrollments (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         embedder INTEGER NOT NULL REFERENCES embedders (id),
+         name TEXT NOT NULL,
+         embedding BLOB NOT NULL,
+         enrolled_at_ms INTEGER NOT NULL
+     );
+     CREATE INDEX enrollments_by_name ON enrollments (embedder, name);
+     -- One row per FORGET that removed something: every enrollment of `name`
+     -- with an id up to `last_enrollment` is gone.
+     CREATE TABLE removals (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         embedder INTEGER NOT NULL REFERENCES embedders (id),
+         name TEXT NOT NULL,
+         last_enrollment INTEGER NOT NULL,
+         removed INTEGER NOT NULL,
+         removed_at_ms INTEGER NOT NULL
+     );
+     -- Old enrolled.json files already imported, by content: never twice.
+     CREATE TABLE imports (
+         content_hash TEXT PRIMARY KEY,
+         file TEXT NOT NULL,
+         entries INTEGER NOT NULL,
+         imported_at_ms INTEGER NOT NULL
+     );",
+];
+
+/// The version this build writes.
+pub const VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Bring `conn` to `VERSION`; a database of a newer build is refused.
+pub fn migrate(conn: &mut Connection) -> Result<()> {
+    let mut version = user_version(conn)?;
+    if version > VERSION {
+        return Err(Error::unavailable(format!(
+            "the gallery database is schema version {version}, newer than this backend's \
+             {VERSION}: use the newer backend, or move the file away to start empty"
+        )));
+    }
+    while version < VERSION {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        // Read again inside the lock: another process may have migrated meanwhile.
+        version = user_version(&tx)?;
+        if version < VERSION {
+            tx.execute_batch(MIGRATIONS[version as usize])
+                .map_err(sql_error)?;
+            version += 1;
+            tx.pragma_update(None, "user_version", version)
+                .map_err(sql_error)?;
+        }
+        tx.commit().map_err(sql_error)?;
+    }
+    Ok(())
+}
+
+pub fn user_version(conn: &Connection) -> Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(sql_error)
+}
+
+/// SQLite failures are the store's, not the request's: retry later.
+pub fn sql_error(e: rusqlite::Error) -> Error {
+    Error::unavailable(format!("gallery store: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_once_and_refuses_a_newer_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut conn = Connection::open(&path).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), 0);
+        migrate(&mut conn).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), VERSION);
+        migrate(&mut conn).unwrap(); // a second open changes nothing
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN \
+                 ('embedders', 'enrollments', 'removals', 'imports')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 4);
+        conn.pragma_update(None, "user_version", VERSION + 1)
+            .unwrap();
+        let e = migrate(&mut conn).unwrap_err();
+        assert!(e.message().contains("newer"), "{e}");
+    }
+}

@@ -1,0 +1,211 @@
+//! The SQLite store: one file in the gallery folder, WAL journal with
+//! `synchronous = FULL`, so a committed change is on disk when `add` or
+//! `forget` returns and survives a kill -9 (or a power cut) at any moment.
+//! A change touches only its own rows: its cost does not grow with the
+//! gallery.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use super::schema::{migrate, sql_error};
+use super::{from_blob, legacy, now_ms, to_blob, Identity, Loaded, Migrated, Store, Stored};
+use crate::error::{Error, Result};
+
+pub const DB_FILE: &str = "gallery.sqlite3";
+/// Another process writing the same file (a second server on the folder)
+/// makes a writer wait this long before the change fails as UNAVAILABLE.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+    identity: Identity,
+    /// This identity's row in `embedders`.
+    embedder: i64,
+    /// An enrolled.json imported by `open`, reported by the first `load`.
+    migrated: Option<Migrated>,
+}
+
+impl SqliteStore {
+    /// Open (or create) the store in `dir`: schema migrations, then a one-time
+    /// import of an old `enrolled.json`.
+    pub fn open(dir: &Path, identity: &Identity) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::unavailable(format!("gallery folder {}: {e}", dir.display())))?;
+        let path = dir.join(DB_FILE);
+        let mut conn = connect(&path).map_err(|e| e.context(path.display()))?;
+        migrate(&mut conn).map_err(|e| e.context(path.display()))?;
+        let embedder = embedder_id(&conn, identity)?;
+        let migrated = legacy::import(&mut conn, dir, identity)?;
+        Ok(SqliteStore {
+            conn,
+            path,
+            identity: identity.clone(),
+            embedder,
+            migrated,
+        })
+    }
+}
+
+/// A connection with the durability settings every write relies on.
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(sql_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sql_error)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::unavailable(format!(
+            "the file system refused SQLite's WAL journal (got {mode:?})"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sql_error)?;
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(sql_error)?;
+    Ok(conn)
+}
+
+/// The id of `identity` in `embedders`, added if new.
+pub(super) fn embedder_id(conn: &Connection, identity: &Identity) -> Result<i64> {
+    let key = params![
+        identity.engine,
+        identity.metric,
+        identity.dim as i64,
+        identity.model_hash
+    ];
+    conn.execute(
+        "INSERT OR IGNORE INTO embedders (engine, metric, dim, model_hash) VALUES (?1, ?2, ?3, ?4)",
+        key,
+    )
+    .map_err(sql_error)?;
+    conn.query_row(
+        "SELECT id FROM embedders WHERE engine = ?1 AND metric = ?2 AND dim = ?3 AND model_hash = ?4",
+        key,
+        |row| row.get(0),
+    )
+    .map_err(sql_error)
+}
+
+/// Insert one enrollment (inside the caller's transaction); its id.
+pub(super) fn insert(conn: &Connection, embedder: i64, name: &str, blob: &[u8]) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![embedder, name, blob, now_ms()],
+    )
+    .map_err(sql_error)?;
+    Ok(conn.last_insert_rowid())
+}
+
+impl Store for SqliteStore {
+    fn load(&mut self) -> Result<Loaded> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, embedding FROM enrollments WHERE embedder = ?1 ORDER BY id")
+            .map_err(sql_error)?;
+        let rows = stmt
+            .query_map([self.embedder], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get::<_, Vec<u8>>(2)?))
+            })
+            .map_err(sql_error)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            let (id, name, blob) = row.map_err(sql_error)?;
+            let embedding = from_blob(&blob, self.identity.dim).ok_or_else(|| {
+                Error::unavailable(format!(
+                    "{}: enrollment {id} ({name:?}) has {} bytes, not {} floats",
+                    self.path.display(),
+                    blob.len(),
+                    self.identity.dim
+                ))
+            })?;
+            entries.push(Stored {
+                id,
+                name,
+                embedding,
+            });
+        }
+        let foreign: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM enrollments WHERE embedder != ?1",
+                [self.embedder],
+                |r| r.get(0),
+            )
+            .map_err(sql_error)?;
+        Ok(Loaded {
+            entries,
+            foreign: foreign as usize,
+            migrated: self.migrated.take(),
+        })
+    }
+
+    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<i64>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        let mut ids = Vec::with_capacity(entries.len());
+        for (name, embedding) in entries {
+            if embedding.len() != self.identity.dim {
+                // Dropping `tx` rolls back what this call inserted before.
+                return Err(Error::internal(format!(
+                    "enrolling {name:?}: {} values, the store holds {}",
+                    embedding.len(),
+                    self.identity.dim
+                )));
+            }
+            ids.push(insert(&tx, self.embedder, name, &to_blob(embedding))?);
+        }
+        tx.commit().map_err(sql_error)?;
+        Ok(ids)
+    }
+
+    fn forget(&mut self, names: &[String]) -> Result<Vec<usize>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        let removed = names
+            .iter()
+            .map(|name| forget_one(&tx, self.embedder, name))
+            .collect::<Result<_>>()?;
+        tx.commit().map_err(sql_error)?;
+        Ok(removed)
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+}
+
+/// Remove `name`'s enrollments and log it (inside the caller's transaction).
+fn forget_one(conn: &Connection, embedder: i64, name: &str) -> Result<usize> {
+    let last: Option<i64> = conn
+        .query_row(
+            "SELECT max(id) FROM enrollments WHERE embedder = ?1 AND name = ?2",
+            params![embedder, name],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql_error)?
+        .flatten();
+    let Some(last) = last else {
+        return Ok(0); // nothing of that name: no change, nothing to log
+    };
+    let removed = conn
+        .execute(
+            "DELETE FROM enrollments WHERE embedder = ?1 AND name = ?2 AND id <= ?3",
+            params![embedder, name, last],
+        )
+        .map_err(sql_error)?;
+    conn.execute(
+        "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![embedder, name, last, removed as i64, now_ms()],
+    )
+    .map_err(sql_error)?;
+    Ok(removed)
+}

@@ -1,0 +1,188 @@
+use std::path::Path;
+use std::process::Command;
+
+use super::legacy::LEGACY_FILE;
+use super::sqlite::{SqliteStore, DB_FILE};
+use super::*;
+use crate::error::ErrorKind;
+
+fn open_as(dir: &Path, engine: &str) -> SqliteStore {
+    SqliteStore::open(dir, &Identity::for_tests(engine, 2)).unwrap()
+}
+
+fn names(store: &mut SqliteStore) -> Vec<String> {
+    store
+        .load()
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
+fn pair(name: &str, x: f32) -> (String, Vec<f32>) {
+    (name.to_string(), vec![x, x])
+}
+
+/// enrolled.json exactly as the old store wrote it.
+fn old_store(engine: &str, metric: &str, entries: &[(&str, [f32; 2])]) -> String {
+    let entries: Vec<_> = entries
+        .iter()
+        .map(|(n, e)| serde_json::json!({ "name": n, "embedding": e }))
+        .collect();
+    serde_json::json!({ "version": 1, "engine": engine, "metric": metric, "dim": 2,
+                        "entries": entries })
+    .to_string()
+}
+
+#[test]
+fn blobs_round_trip_and_check_their_length() {
+    let v = vec![0.5, -1.25, 3.0];
+    assert_eq!(from_blob(&to_blob(&v), 3), Some(v));
+    assert_eq!(from_blob(&[0; 11], 3), None);
+}
+
+#[test]
+fn postgres_is_not_built_yet() {
+    let id = Identity::for_tests("dlib", 2);
+    let e = open(StoreKind::Postgres, Path::new("/nowhere"), &id)
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(e.message().contains("not built yet"), "{e}");
+}
+
+#[test]
+fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dlib = open_as(tmp.path(), "dlib");
+    let ids = dlib.add(&[pair("a", 0.0), pair("b", 1.0)]).unwrap();
+    assert!(ids[0] < ids[1]);
+    let mut onnx = open_as(tmp.path(), "onnx");
+    let loaded = onnx.load().unwrap();
+    assert!(loaded.entries.is_empty());
+    assert_eq!(loaded.foreign, 2);
+    let later = onnx.add(&[pair("c", 2.0)]).unwrap();
+    assert!(later[0] > ids[1], "ids are shared and never go back");
+    let loaded = open_as(tmp.path(), "dlib").load().unwrap();
+    assert_eq!((loaded.entries.len(), loaded.foreign), (2, 1));
+}
+
+#[test]
+fn an_add_is_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut store = open_as(tmp.path(), "dlib");
+    let bad = ("b".to_string(), vec![1.0, 2.0, 3.0]);
+    assert!(store.add(&[pair("a", 0.0), bad]).is_err());
+    assert!(names(&mut store).is_empty());
+    assert!(names(&mut open_as(tmp.path(), "dlib")).is_empty());
+}
+
+#[test]
+fn forget_removes_one_embedders_rows_and_logs_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dlib = open_as(tmp.path(), "dlib");
+    let ids = dlib
+        .add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)])
+        .unwrap();
+    open_as(tmp.path(), "onnx").add(&[pair("a", 5.0)]).unwrap();
+    let names_ = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        dlib.forget(&names_(&["a", "a", "zed"])).unwrap(),
+        vec![2, 0, 0]
+    );
+    assert_eq!(names(&mut open_as(tmp.path(), "dlib")), vec!["b"]);
+    assert_eq!(names(&mut open_as(tmp.path(), "onnx")), vec!["a"]);
+    let conn = rusqlite::Connection::open(tmp.path().join(DB_FILE)).unwrap();
+    let log: Vec<(String, i64, i64)> = conn
+        .prepare("SELECT name, last_enrollment, removed FROM removals")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        log,
+        vec![("a".to_string(), ids[1], 2)],
+        "one removal, no-ops not logged"
+    );
+}
+
+#[test]
+fn an_acknowledged_add_survives_an_abort() {
+    const VAR: &str = "FACE_STORE_ABORT_DIR";
+    if let Some(dir) = std::env::var_os(VAR) {
+        // The child: add, then die at once (no destructor, no checkpoint).
+        open_as(Path::new(&dir), "dlib")
+            .add(&[pair("kept", 1.0)])
+            .unwrap();
+        std::process::abort();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let module = module_path!().split_once("::").unwrap().1;
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            &format!("{module}::an_acknowledged_add_survives_an_abort"),
+            "--exact",
+        ])
+        .env(VAR, tmp.path())
+        .output()
+        .unwrap()
+        .status;
+    assert!(!status.success(), "the child was to abort after its add");
+    assert_eq!(names(&mut open_as(tmp.path(), "dlib")), vec!["kept"]);
+}
+
+#[test]
+fn an_old_enrolled_json_is_imported_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = old_store(
+        "dlib",
+        "euclidean",
+        &[("obama", [0.0, 0.0]), ("joe", [1.0, 1.0])],
+    );
+    std::fs::write(tmp.path().join(LEGACY_FILE), &json).unwrap();
+    let mut store = open_as(tmp.path(), "dlib");
+    let loaded = store.load().unwrap();
+    let migrated = loaded.migrated.unwrap();
+    assert_eq!(migrated.entries, 2);
+    assert_eq!(
+        migrated.renamed_to,
+        tmp.path().join("enrolled.json.migrated")
+    );
+    assert!(!tmp.path().join(LEGACY_FILE).exists());
+    assert_eq!(loaded.entries[1].embedding, vec![1.0, 1.0]);
+    assert!(open_as(tmp.path(), "dlib")
+        .load()
+        .unwrap()
+        .migrated
+        .is_none());
+    // A crash after the commit, before the rename: the file is back.
+    std::fs::write(tmp.path().join(LEGACY_FILE), &json).unwrap();
+    let loaded = open_as(tmp.path(), "dlib").load().unwrap();
+    assert_eq!(loaded.entries.len(), 2, "imported twice");
+    assert_eq!(loaded.migrated.unwrap().entries, 0);
+    assert!(tmp.path().join("enrolled.json.migrated.2").exists());
+}
+
+#[test]
+fn an_old_store_of_another_engine_is_kept_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = old_store("onnx", "cosine", &[("obama", [0.6, 0.8])]);
+    std::fs::write(tmp.path().join(LEGACY_FILE), json).unwrap();
+    let loaded = open_as(tmp.path(), "dlib").load().unwrap();
+    assert!(loaded.entries.is_empty());
+    assert_eq!(loaded.foreign, 1);
+}
+
+#[test]
+fn a_corrupt_old_store_stops_the_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join(LEGACY_FILE), b"{ half").unwrap();
+    let e = SqliteStore::open(tmp.path(), &Identity::for_tests("dlib", 2))
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(e.message().contains("not a valid gallery store"), "{e}");
+    assert!(tmp.path().join(LEGACY_FILE).exists(), "left in place");
+}

@@ -1,0 +1,167 @@
+use std::path::Path;
+
+use super::store::{self, Identity, StoreKind};
+use super::*;
+use crate::error::ErrorKind;
+
+fn gallery(dir: &Path, max: usize) -> Gallery {
+    let store = store::open(StoreKind::Sqlite, dir, &Identity::for_tests("dlib", 2)).unwrap();
+    Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, max)
+        .unwrap()
+        .0
+}
+
+fn names(n: &[&str]) -> Vec<String> {
+    n.iter().map(|s| s.to_string()).collect()
+}
+
+fn one(name: &str, x: f32) -> (String, Vec<f32>) {
+    (name.to_string(), vec![x, x])
+}
+
+#[test]
+fn a_batch_is_one_write_and_a_bad_request_fails_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 3);
+    let out = g.enroll_batch(vec![
+        vec![one("a", 0.0), one("b", 1.0)],
+        vec![one("c", 2.0), one("unknown", 3.0)],
+        vec![one("d", 4.0), one("e", 5.0)],
+    ]);
+    assert_eq!(out[0].as_ref().unwrap().len(), 2);
+    assert!(out[1].is_err(), "a reserved name fails its whole request");
+    let full = out[2].as_ref().unwrap_err();
+    assert_eq!(full.kind(), ErrorKind::Unavailable);
+    // Only the first request is stored, and it survives a reload.
+    assert_eq!(g.len(), 2);
+    assert_eq!(gallery(tmp.path(), 3).len(), 2);
+}
+
+#[test]
+fn match_enroll_persist_reload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    let none = Match {
+        name: None,
+        distance: None,
+    };
+    assert_eq!(g.best_match(&[0.0, 0.0], 0.6), none);
+    g.add_from_image("biden", vec![5.0, 5.0], &tmp.path().join("biden.jpg"))
+        .unwrap();
+    let same_photo = g.enroll("biden", vec![5.0, 5.0]).unwrap();
+    assert!(!same_photo.added, "a duplicate of a gallery image");
+    let r = g.enroll("obama", vec![0.0, 0.0]).unwrap();
+    assert!(r.added);
+    assert_eq!(r.gallery_size, 2);
+    // The same face again is not stored twice.
+    assert!(!g.enroll("obama", vec![0.001, 0.0]).unwrap().added);
+    let m = g.best_match(&[0.3, 0.0], 0.6);
+    assert_eq!(m.name.as_deref(), Some("obama"));
+    assert!((m.distance.unwrap() - 0.3).abs() < 1e-6);
+    assert_eq!(
+        g.best_match(&[0.3, 0.0], 0.2).name,
+        None,
+        "a stricter threshold"
+    );
+    assert_eq!(g.best_match(&[2.0, 2.0], 0.6).name, None);
+
+    // Reload: enrollments survive, image entries are rebuilt by the loader.
+    let again = gallery(tmp.path(), 10);
+    assert_eq!(again.len(), 1);
+    let m = again.best_match(&[0.0, 0.1], 0.6);
+    assert_eq!(m.name.as_deref(), Some("obama"));
+}
+
+#[test]
+fn full_gallery_refuses_and_keeps_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 1);
+    g.enroll("a", vec![0.0, 0.0]).unwrap();
+    let e = g.enroll("b", vec![3.0, 3.0]).unwrap_err();
+    assert!(e.message().contains("max_gallery_size"));
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert_eq!(g.len(), 1);
+}
+
+#[test]
+fn a_failed_write_leaves_the_gallery_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    g.enroll("a", vec![0.0, 0.0]).unwrap();
+    // Another connection holds the write lock past the busy timeout.
+    let other = rusqlite::Connection::open(tmp.path().join(store::sqlite::DB_FILE)).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let out = g.enroll_batch(vec![vec![one("b", 3.0)], vec![one("c", 6.0)]]);
+    assert!(out.iter().all(|r| r.is_err()), "{out:?}");
+    assert_eq!(out[0].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
+    assert_eq!(g.len(), 1);
+    assert_eq!(g.best_match(&[3.0, 3.0], 0.6).name, None);
+    other.execute_batch("ROLLBACK").unwrap();
+    assert!(g.enroll("b", vec![3.0, 3.0]).unwrap().added);
+}
+
+#[test]
+fn forget_removes_enrolled_faces_durably() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    g.enroll_batch(vec![vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)]]);
+    let f = g.forget(&names(&["a", "nobody"])).unwrap();
+    assert_eq!((f[0].removed, f[0].gallery_size), (2, 1));
+    assert_eq!(f[1].removed, 0, "an unknown name removes nothing");
+    assert_eq!(g.best_match(&[0.0, 0.0], 0.6).name, None);
+    assert!(
+        g.enroll("a", vec![0.0, 0.0]).unwrap().added,
+        "still seen as a duplicate"
+    );
+    g.forget(&names(&["a"])).unwrap();
+    let again = gallery(tmp.path(), 10);
+    assert_eq!(again.len(), 1);
+    // The name can be enrolled again afterwards.
+    assert!(again.enroll("a", vec![0.0, 0.0]).unwrap().added);
+    let e = again.forget(&names(&["a", "unknown"])).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(again.len(), 2, "a request with a bad name forgets nothing");
+}
+
+#[test]
+fn forget_refuses_a_name_known_only_from_the_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    g.add_from_image("bob", vec![0.0, 0.0], &tmp.path().join("bob/1.jpg"))
+        .unwrap();
+    g.add_from_image("bob", vec![1.0, 0.0], &tmp.path().join("bob/2.jpg"))
+        .unwrap();
+    g.enroll("al", vec![9.0, 9.0]).unwrap();
+    let e = g.forget(&names(&["al", "bob"])).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.message().contains("bob/1.jpg, bob/2.jpg"), "{e}");
+    assert_eq!(g.len(), 3, "nothing of the request was forgotten");
+    // Enrolled too: the enrolled faces go, the files are named as still there.
+    g.enroll("bob", vec![5.0, 5.0]).unwrap();
+    let f = g.forget(&names(&["bob"])).unwrap().remove(0);
+    assert_eq!((f.removed, f.gallery_size), (1, 3));
+    assert_eq!(f.folder_files, vec!["bob/1.jpg", "bob/2.jpg"]);
+}
+
+#[test]
+fn people_lists_each_name_and_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    g.add_from_image("bob", vec![0.0, 0.0], &tmp.path().join("bob.jpg"))
+        .unwrap();
+    g.enroll_batch(vec![vec![one("bob", 1.0), one("al", 2.0), one("al", 3.0)]]);
+    let (people, size) = g.people();
+    let rows: Vec<_> = people
+        .iter()
+        .map(|p| (p.name.as_str(), p.embeddings, p.source))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("al", 2, Source::Enrolled),
+            ("bob", 1, Source::Folder),
+            ("bob", 1, Source::Enrolled)
+        ]
+    );
+    assert_eq!(size, 4);
+}

@@ -1,0 +1,24 @@
+"""Reading a model's gallery store (gallery/gallery.sqlite3) from the tests, as a user's own
+tooling would: plain SQL on the documented schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+STORE_FILE = "gallery.sqlite3"
+
+
+def stored_names(gallery_dir: Path) -> list[str]:
+    """The names of every enrolled row (all embedders), oldest first."""
+    path = gallery_dir / STORE_FILE
+    assert path.is_file(), f"{path} was not written"
+    with closing(sqlite3.connect(path)) as db:
+        return [name for (name,) in db.execute("SELECT name FROM enrollments ORDER BY id")]
+
+
+def removals(gallery_dir: Path) -> list[tuple[str, int]]:
+    """The removal log: (name, rows removed), oldest first."""
+    with closing(sqlite3.connect(gallery_dir / STORE_FILE)) as db:
+        return list(db.execute("SELECT name, removed FROM removals ORDER BY id"))
