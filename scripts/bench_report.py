@@ -31,7 +31,7 @@ BENCHES = {
     "engine/decode": "JPEG -> RGB (OpenCV)",
     "engine/analyze": "dlib HOG + 5 landmarks + ResNet",
     "engine/decode+analyze": "dlib, as one ENCODED request",
-    "onnx/analyze": "onnx (tract) UltraFace + 68 lm + 512-d",
+    "onnx/analyze": "onnx (onnxruntime) UltraFace + 68 lm + 512-d",
     "onnx/decode+analyze": "onnx, as one ENCODED request",
     "onnx-tract/analyze": "onnx on tract (pure Rust)",
     "onnx-tract/decode+analyze": "onnx on tract, as one ENCODED request",

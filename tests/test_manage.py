@@ -149,9 +149,9 @@ def test_an_embedder_change_ignores_old_rows_with_one_warning(start_server, phot
     for photo, name in (("obama.jpg", "obama"), ("biden.jpg", "biden")):
         infer_encoded(server.http(), [photos.bytes(photo)], enroll=name)
     server.stop()
-    # Other model files: the same detector with one unknown protobuf field (number 1000)
-    # appended, which the runtimes ignore but the model-file hash does not.
-    model = server.model_dir / "1" / "fr_detect.onnx"
+    # Another embedder: the same one with one unknown protobuf field (number 1000) appended,
+    # which the runtimes ignore but the model-file hash does not.
+    model = server.model_dir / "1" / "fr_feature.onnx"
     changed = model.read_bytes() + bytes([0xC0, 0x3E, 0x01])
     model.unlink()  # a link to the suite's copy
     model.write_bytes(changed)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::backend::config::{EngineKind, Settings};
-use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
+use crate::engine::dlib::{RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::gallery::store::{self, Identity};
@@ -114,18 +114,20 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
 
 /// The files whose contents decide the embeddings: every model file the
 /// engine loads (another detector or other weights: another embedder).
+/// The files that give an embedding its meaning: the embedder and what
+/// aligns the face for it. Detectors are left out: switching HOG and CNN (or
+/// another detector model) must not hide the people enrolled so far.
 fn model_files(s: &Settings) -> Vec<PathBuf> {
     match s.engine {
-        EngineKind::Dlib => {
-            let cnn = (s.detector == DetectorKind::Cnn).then_some(MMOD_FILE);
-            let names = cnn.into_iter().chain([SHAPE5_FILE, RESNET_FILE]);
-            names.map(|f| s.weights_dir.join(f)).collect()
-        }
+        EngineKind::Dlib => [SHAPE5_FILE, RESNET_FILE]
+            .iter()
+            .map(|f| s.weights_dir.join(f))
+            .collect(),
         EngineKind::Onnx => {
             let o = &s.onnx;
-            let landmark = o.landmark_model.iter().cloned();
-            std::iter::once(o.detector_model.clone())
-                .chain(landmark)
+            o.landmark_model
+                .iter()
+                .cloned()
                 .chain([o.embedder_model.clone()])
                 .collect()
         }
