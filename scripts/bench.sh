@@ -185,6 +185,9 @@ for model in "${MODELS[@]}"; do
         face_onnx_py_*) cp benches/python_reference/face_onnx_py/1/model.py "$dir/1/" ;;
         face_recognition_py) cp benches/python_reference/face_recognition_py/1/model.py "$dir/1/" ;;
     esac
+    case "$model" in
+        *_py*) cp benches/python_reference/reference_common.py "$dir/1/" ;;
+    esac
     cp "$FACE_PHOTOS/obama.jpg" "$FACE_PHOTOS/biden.jpg" "$dir/gallery/"
 done
 for model in "${ONNX_MODELS[@]}"; do

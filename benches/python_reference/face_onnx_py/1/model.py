@@ -23,25 +23,23 @@ Inputs: ENCODED (image bytes, decoded by OpenCV) or IMAGE (HxWx3 pixels,
 import json
 import math
 import os
+import sys
 
 import cv2
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
+# reference_common.py sits beside this file in the served repository (scripts/bench.sh).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_common import f32, gallery_images, request_images, respond  # noqa: E402
+
 # ArcFace reference points in a 112x112 chip (src/pipeline/align.rs).
 ARCFACE_112 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
                         [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float32)
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 PROFILES = ("expert", "as_deployed")
 # Weights smaller than this are denormal-range noise (profile expert).
 TINY = 1e-10
-
-
-def f32(x):
-    """A float32 as JSON writes it: its shortest round-trip form (as the Rust
-    backend's serde_json does), not float64 noise."""
-    return float(str(np.float32(x)))
 
 
 def round_half_away(x):
@@ -173,18 +171,7 @@ class TritonPythonModel:
 
     def load_gallery(self, folder):
         """name.jpg -> name, name/*.jpg -> name; images with one face each."""
-        images = []
-        if os.path.isdir(folder):
-            for entry in sorted(os.listdir(folder)):
-                path = os.path.join(folder, entry)
-                if entry.startswith("."):
-                    continue
-                if os.path.isdir(path):
-                    images += [(entry, os.path.join(path, f)) for f in os.listdir(path)
-                               if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)]
-                elif entry.lower().endswith(IMAGE_EXTENSIONS):
-                    images.append((os.path.splitext(entry)[0], path))
-        images.sort(key=lambda item: item[1])
+        images = gallery_images(folder)
         names, embeddings = [], []
         for name, path in images:
             with open(path, "rb") as f:
@@ -292,33 +279,10 @@ class TritonPythonModel:
 
     def images(self, request):
         """The request's images as RGB arrays (one per batch row)."""
-        encoded = pb_utils.get_input_tensor_by_name(request, "ENCODED")
-        pixels = pb_utils.get_input_tensor_by_name(request, "IMAGE")
-        if pb_utils.get_input_tensor_by_name(request, "ENROLL") is not None:
-            raise ValueError("ENROLL is not supported by this reference model")
-        if (encoded is None) == (pixels is None):
-            raise ValueError("send exactly one of IMAGE or ENCODED")
-        if encoded is not None:
-            out = []
-            for i, data in enumerate(encoded.as_numpy().reshape(-1)):
-                rgb = self.decode(data)
-                if rgb is None:
-                    raise ValueError(f"ENCODED[{i}]: not a decodable image ({len(data)} bytes)")
-                out.append(rgb)
-            return out
-        batch = pixels.as_numpy()
-        if batch.ndim != 4 or batch.shape[-1] != 3:
-            raise ValueError(f"IMAGE: expected [batch, height, width, 3], got {list(batch.shape)}")
-        return [img if self.pixel_format == "RGB" else np.ascontiguousarray(img[..., ::-1])
-                for img in batch]
+        return request_images(request, self.decode, self.pixels_to_rgb)
+
+    def pixels_to_rgb(self, image):
+        return image if self.pixel_format == "RGB" else np.ascontiguousarray(image[..., ::-1])
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                docs = [self.document(rgb) for rgb in self.images(request)]
-                result = np.array([[d.encode()] for d in docs], dtype=object)
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("RESULT", result)]))
-            except ValueError as e:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
-        return responses
+        return respond(requests, lambda r: [self.document(rgb) for rgb in self.images(r)])

@@ -24,13 +24,9 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
-
-
-def f32(x):
-    """A distance as the Rust backend writes it (f32, shortest form)."""
-    return float(str(np.float32(x)))
-
+# reference_common.py sits beside this file in the served repository (scripts/bench.sh).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_common import f32, gallery_images, request_images, respond  # noqa: E402
 
 def weights_module(folder):
     """Stands in for the `face_recognition_models` package (100 MB of weights
@@ -74,18 +70,7 @@ class TritonPythonModel:
 
     def load_gallery(self, folder):
         """name.jpg -> name, name/*.jpg -> name; images with one face each."""
-        images = []
-        if os.path.isdir(folder):
-            for entry in sorted(os.listdir(folder)):
-                path = os.path.join(folder, entry)
-                if entry.startswith("."):
-                    continue
-                if os.path.isdir(path):
-                    images += [(entry, os.path.join(path, f)) for f in os.listdir(path)
-                               if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)]
-                elif entry.lower().endswith(IMAGE_EXTENSIONS):
-                    images.append((os.path.splitext(entry)[0], path))
-        images.sort(key=lambda item: item[1])
+        images = gallery_images(folder)
         names, encodings = [], []
         for name, path in images:
             image = self.fr.load_image_file(path)
@@ -116,31 +101,14 @@ class TritonPythonModel:
         return json.dumps({"image": {"width": width, "height": height}, "faces": faces},
                           separators=(",", ":"))
 
-    def images(self, request):
-        encoded = pb_utils.get_input_tensor_by_name(request, "ENCODED")
-        pixels = pb_utils.get_input_tensor_by_name(request, "IMAGE")
-        if (encoded is None) == (pixels is None):
-            raise ValueError("send exactly one of IMAGE or ENCODED")
-        if encoded is not None:
-            out = []
-            for i, data in enumerate(encoded.as_numpy().reshape(-1)):
-                try:
-                    out.append(self.fr.load_image_file(io.BytesIO(data)))
-                except Exception as e:  # PIL's errors have no common base class
-                    raise ValueError(f"ENCODED[{i}]: cannot decode image: {e}") from None
-            return out
-        batch = pixels.as_numpy()
-        if batch.ndim != 4 or batch.shape[-1] != 3:
-            raise ValueError(f"IMAGE: expected [batch, height, width, 3], got {list(batch.shape)}")
-        return [np.ascontiguousarray(image) for image in batch]
+    def decode(self, data):
+        try:
+            return self.fr.load_image_file(io.BytesIO(data))
+        except Exception:  # PIL's errors have no common base class
+            return None
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                docs = [self.document(image) for image in self.images(request)]
-                result = np.array([[d.encode()] for d in docs], dtype=object)
-                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("RESULT", result)]))
-            except ValueError as e:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
-        return responses
+        def answer(request):
+            images = request_images(request, self.decode, np.ascontiguousarray)
+            return [self.document(image) for image in images]
+        return respond(requests, answer)
