@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use triton_face::gallery::store::{self, Identity, StoreKind};
+use triton_face::gallery::store::{self, Identity};
 use triton_face::gallery::Gallery;
 use triton_face::pipeline::Metric;
 
@@ -45,7 +45,7 @@ fn gallery(dir: &Path, size: usize) -> Gallery {
         dim: DIM,
         model_hash: "bench".into(),
     };
-    let store = store::open(StoreKind::Sqlite, dir, &identity).expect("open the store");
+    let store = store::open_sqlite(dir, &identity).expect("open the store");
     let (g, _) = Gallery::open(dir, store, Metric::Euclidean, DIM, 0.6, size + 1000)
         .expect("open the gallery");
     for start in (0..size).step_by(1000) {

@@ -12,7 +12,7 @@ use crate::backend::parameters::{self, Draft, PARAMETERS};
 use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
-use crate::gallery::store::StoreKind;
+use crate::gallery::store::{PgSettings, StoreKind};
 use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
@@ -28,6 +28,8 @@ pub struct Settings {
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
     pub gallery_store: StoreKind,
+    /// Where a `postgres` gallery is.
+    pub postgres: PgSettings,
     pub pixel_format: PixelFormat,
     /// `None`: the engine's own default (0.6 for dlib's Euclidean distance, 0.5 for
     /// the onnx engine's 1 - cosine).
@@ -277,6 +279,7 @@ impl Settings {
             weights_dir: PathBuf::new(),
             gallery_dir: PathBuf::new(),
             gallery_store: StoreKind::Sqlite,
+            postgres: PgSettings::default(),
             pixel_format: PixelFormat::Rgb,
             match_threshold: None,
             max_image_pixels: 0,
@@ -492,6 +495,8 @@ mod tests {
             Kind::Path => ("", "a/b"),
             Kind::Size => ("640x", "640x480"),
             Kind::Version => ("pascal", "7.5"),
+            Kind::EnvName => ("1-DSN", "MY_DSN"),
+            Kind::Text => ("", "shared"),
         }
     }
 

@@ -92,7 +92,7 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
     let files = model_files(settings);
     let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
     let identity = Identity::of_files(engine.name(), metric, dim, &files)?;
-    let store = store::open(settings.gallery_store, &settings.gallery_dir, &identity)?;
+    let store = store::open(&store_location(name, settings), &identity)?;
     let threshold = settings
         .match_threshold
         .unwrap_or_else(|| default_threshold(metric));
@@ -112,8 +112,18 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
     Ok(gallery)
 }
 
-/// The files whose contents decide the embeddings: every model file the
-/// engine loads (another detector or other weights: another embedder).
+fn store_location(model: &str, s: &Settings) -> store::Location {
+    match s.gallery_store {
+        store::StoreKind::Sqlite => store::Location::Sqlite {
+            dir: s.gallery_dir.clone(),
+        },
+        store::StoreKind::Postgres => store::Location::Postgres {
+            gallery: s.postgres.gallery_name.clone().unwrap_or(model.to_string()),
+            settings: s.postgres.clone(),
+        },
+    }
+}
+
 /// The files that give an embedding its meaning: the embedder and what
 /// aligns the face for it. Detectors are left out: switching HOG and CNN (or
 /// another detector model) must not hide the people enrolled so far.
@@ -136,8 +146,13 @@ fn model_files(s: &Settings) -> Vec<PathBuf> {
 
 fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     log::info(&format!(
-        "model '{name}': gallery store {}, embedder {identity}",
-        opened.store
+        "model '{name}': gallery store {}, embedder {identity}{}",
+        opened.store,
+        if opened.following {
+            "; following other servers' changes"
+        } else {
+            ""
+        }
     ));
     if let Some(m) = &opened.migrated {
         log::info(&format!(

@@ -30,6 +30,10 @@ pub enum Kind {
     Size,
     /// `MAJOR.MINOR`.
     Version,
+    /// An environment variable's name: letters, digits, `_`.
+    EnvName,
+    /// Non-empty text, at most 128 characters, no control characters.
+    Text,
 }
 
 impl Kind {
@@ -48,6 +52,8 @@ impl Kind {
             Kind::Path => "path".into(),
             Kind::Size => "WIDTHxHEIGHT".into(),
             Kind::Version => "MAJOR.MINOR".into(),
+            Kind::EnvName => "environment variable name".into(),
+            Kind::Text => "text".into(),
         }
     }
 }
@@ -136,6 +142,20 @@ fn flag(v: &str) -> Option<bool> {
 /// A non-empty path, joined to `dir` (an absolute path replaces it).
 fn path(dir: &Path, v: &str) -> Option<std::path::PathBuf> {
     (!v.is_empty()).then(|| dir.join(v))
+}
+
+/// `FACE_GALLERY_DSN`: what a shell would accept as a variable name.
+fn env_name(v: &str) -> Option<String> {
+    let mut chars = v.chars();
+    let first = chars.next()?;
+    let ok = (first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then(|| v.to_string())
+}
+
+fn text(v: &str) -> Option<String> {
+    let ok = !v.is_empty() && v.chars().count() <= 128 && !v.chars().any(char::is_control);
+    ok.then(|| v.to_string())
 }
 
 /// "320x240" -> (320, 240).
@@ -240,9 +260,37 @@ pub static PARAMETERS: &[Parameter] = &[
         kind: Kind::Choice(&["sqlite", "postgres"]),
         default: Default::Value("sqlite"),
         meaning: "where enrolled faces are kept: `sqlite` (`gallery.sqlite3` in the gallery \
-                  folder); `postgres` is not built yet (the load fails with `UNSUPPORTED`)",
+                  folder) or `postgres` (a database several servers share)",
         section: Section::General,
         apply: |d, v| StoreKind::parse(v).map(|k| d.settings.gallery_store = k),
+    },
+    Parameter {
+        name: "gallery_dsn_env",
+        kind: Kind::EnvName,
+        default: Default::Value("FACE_GALLERY_DSN"),
+        meaning: "`postgres`: the environment variable holding the database's DSN \
+                  (`postgresql://user:password@host:5432/db`); never the DSN itself",
+        section: Section::General,
+        apply: |d, v| env_name(v).map(|n| d.settings.postgres.dsn_env = n),
+    },
+    Parameter {
+        name: "gallery_name",
+        kind: Kind::Text,
+        default: Default::Unset("the model's name"),
+        meaning: "`postgres`: models with the same gallery name share their people",
+        section: Section::General,
+        apply: |d, v| text(v).map(|n| d.settings.postgres.gallery_name = Some(n)),
+    },
+    Parameter {
+        name: "gallery_poll_ms",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1000"),
+        meaning: "`postgres`: read other servers' changes at least this often, even \
+                  without a notification",
+        section: Section::General,
+        apply: |d, v| {
+            positive(v).map(|ms| d.settings.postgres.poll = std::time::Duration::from_millis(ms))
+        },
     },
     Parameter {
         name: "pixel_format",

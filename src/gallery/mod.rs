@@ -8,23 +8,28 @@
 //! decides against the current entries, writes the store durably, and only
 //! then takes the entries' write lock for the moment it takes to apply: a
 //! slow disk never blocks recognition, and nothing is in memory (or
-//! acknowledged) that is not on disk.
+//! acknowledged) that is not on disk. A store other servers share also has a
+//! follower thread (`follow.rs`) applying their changes.
 
+mod entries;
 pub mod folder;
+mod follow;
 pub mod names;
 pub mod store;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
+use entries::{Entries, Entry, Origin};
 pub use folder::gallery_images;
+use follow::Following;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
-use store::{Migrated, Store};
+use store::{Migrated, Store, Stored};
 
 /// A re-enrollment this close to an existing embedding of the same name is
 /// the same photo again and is not stored twice.
@@ -79,72 +84,8 @@ pub struct Opened {
     pub foreign: usize,
     pub migrated: Option<Migrated>,
     pub store: String,
-}
-
-struct Entry {
-    name: String,
-    embedding: Vec<f32>,
-    /// Gallery images: the file it came from.
-    file: Option<PathBuf>,
-}
-
-#[derive(Default)]
-struct Entries {
-    from_images: Vec<Entry>,
-    enrolled: Vec<Entry>,
-    /// Entries per enrolled name: an ENROLL of a new name checks for
-    /// duplicates without a scan, so its cost does not grow with the gallery.
-    enrolled_names: HashMap<String, usize>,
-}
-
-impl Entries {
-    fn new(from_images: Vec<Entry>, enrolled: Vec<Entry>) -> Self {
-        let mut e = Entries {
-            from_images,
-            enrolled: Vec::new(),
-            enrolled_names: HashMap::new(),
-        };
-        e.add_enrolled(enrolled);
-        e
-    }
-
-    fn len(&self) -> usize {
-        self.from_images.len() + self.enrolled.len()
-    }
-
-    fn all(&self) -> impl Iterator<Item = &Entry> {
-        self.from_images.iter().chain(self.enrolled.iter())
-    }
-
-    /// The entries called `name`: the gallery images (few, always scanned)
-    /// and the enrolled ones, scanned only when the name is enrolled.
-    fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> {
-        let enrolled = if self.enrolled_names.contains_key(name) {
-            &self.enrolled[..]
-        } else {
-            &[]
-        };
-        self.from_images
-            .iter()
-            .chain(enrolled)
-            .filter(move |x| x.name == name)
-    }
-
-    fn add_enrolled(&mut self, added: impl IntoIterator<Item = Entry>) {
-        for entry in added {
-            *self.enrolled_names.entry(entry.name.clone()).or_default() += 1;
-            self.enrolled.push(entry);
-        }
-    }
-
-    fn remove_enrolled(&mut self, names: &[String]) {
-        if names.iter().any(|n| self.enrolled_names.contains_key(n)) {
-            self.enrolled.retain(|x| !names.contains(&x.name));
-        }
-        for name in names {
-            self.enrolled_names.remove(name);
-        }
-    }
+    /// Another server's changes are followed (a shared store).
+    pub following: bool,
 }
 
 /// One request's faces to enroll.
@@ -158,7 +99,10 @@ pub struct Gallery {
     max_size: usize,
     /// Held for a whole change: changes take turns, readers never wait on it.
     store: Mutex<Box<dyn Store>>,
-    entries: RwLock<Entries>,
+    /// Shared with the follower thread, if any.
+    entries: Arc<RwLock<Entries>>,
+    /// Declared last: dropped (stopped and joined) after nothing else needs it.
+    _following: Option<Following>,
 }
 
 impl Gallery {
@@ -180,20 +124,23 @@ impl Gallery {
                 loaded.entries.len()
             )));
         }
-        let enrolled = loaded
-            .entries
-            .into_iter()
-            .map(|s| Entry {
-                name: s.name,
-                embedding: s.embedding,
-                file: None,
-            })
-            .collect::<Vec<_>>();
+        let follower = store.follower();
         let opened = Opened {
-            enrolled: enrolled.len(),
+            enrolled: loaded.entries.len(),
             foreign: loaded.foreign,
             migrated: loaded.migrated,
             store: store.describe(),
+            following: follower.is_some(),
+        };
+        let entries = Entries::new(loaded.entries, loaded.change, follower.is_some());
+        let entries = Arc::new(RwLock::new(entries));
+        let following = match follower {
+            None => None,
+            Some(f) => Some(
+                follow::start(f, entries.clone(), max_size, loaded.change).map_err(|e| {
+                    Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
+                })?,
+            ),
         };
         let gallery = Gallery {
             dir: dir.to_path_buf(),
@@ -202,7 +149,8 @@ impl Gallery {
             threshold,
             max_size,
             store: Mutex::new(store),
-            entries: RwLock::new(Entries::new(Vec::new(), enrolled)),
+            entries,
+            _following: following,
         };
         Ok((gallery, opened))
     }
@@ -254,7 +202,7 @@ impl Gallery {
         e.from_images.push(Entry {
             name: name.to_string(),
             embedding,
-            file: Some(file.to_path_buf()),
+            origin: Origin::File(file.to_path_buf()),
         });
         Ok(())
     }
@@ -304,21 +252,27 @@ impl Gallery {
         if pending.is_empty() {
             return results;
         }
-        if let Err(err) = store.add(&pending) {
-            for r in results
-                .iter_mut()
-                .filter(|r| r.as_ref().is_ok_and(|v| v.iter().any(|x| x.added)))
-            {
-                *r = Err(err.clone());
+        let stamps = match store.add(&pending) {
+            Ok(stamps) => stamps,
+            Err(err) => {
+                for r in results
+                    .iter_mut()
+                    .filter(|r| r.as_ref().is_ok_and(|v| v.iter().any(|x| x.added)))
+                {
+                    *r = Err(err.clone());
+                }
+                return results;
             }
-            return results;
-        }
-        let added = pending.into_iter().map(|(name, embedding)| Entry {
-            name,
-            embedding,
-            file: None,
-        });
-        self.write().add_enrolled(added);
+        };
+        let added = pending
+            .into_iter()
+            .zip(stamps)
+            .map(|((name, embedding), stamp)| Stored {
+                stamp,
+                name,
+                embedding,
+            });
+        self.write().add_own(added);
         results
     }
 
@@ -392,11 +346,11 @@ impl Gallery {
                 .map(|name| self.files_to_keep(&e, name))
                 .collect::<Result<Vec<_>>>()?
         };
-        let removed = store.forget(names)?;
+        let forgot = store.forget(names)?;
         let mut e = self.write();
-        e.remove_enrolled(names);
+        e.forget_own(names, forgot.change);
         let size = e.len();
-        let forgotten = names.iter().zip(removed).zip(files);
+        let forgotten = names.iter().zip(forgot.removed).zip(files);
         Ok(forgotten
             .map(|((name, removed), folder_files)| Forgotten {
                 name: name.clone(),
@@ -427,7 +381,10 @@ impl Gallery {
         e.from_images
             .iter()
             .filter(|x| x.name == name)
-            .filter_map(|x| x.file.as_deref())
+            .filter_map(|x| match &x.origin {
+                Origin::File(f) => Some(f.as_path()),
+                Origin::Store(_) => None,
+            })
             .map(|f| f.strip_prefix(&self.dir).unwrap_or(f).display().to_string())
             .collect()
     }

@@ -1,11 +1,11 @@
 use std::path::Path;
 
-use super::store::{self, Identity, StoreKind};
+use super::store::{self, Identity};
 use super::*;
 use crate::error::ErrorKind;
 
 fn gallery(dir: &Path, max: usize) -> Gallery {
-    let store = store::open(StoreKind::Sqlite, dir, &Identity::for_tests("dlib", 2)).unwrap();
+    let store = store::open_sqlite(dir, &Identity::for_tests("dlib", 2)).unwrap();
     Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, max)
         .unwrap()
         .0

@@ -1,24 +1,27 @@
-//! Where enrolled faces are kept, behind one trait so that another database
-//! (PostgreSQL, for several servers sharing one gallery) can take SQLite's
-//! place. The gallery (`super`) keeps every entry in memory for matching and
-//! calls the store only to load and to change: a store answers a change only
-//! once it is durable.
+//! Where enrolled faces are kept, behind one trait: SQLite in the gallery
+//! folder for one server, PostgreSQL for a fleet sharing one gallery. The
+//! gallery (`super`) keeps every entry in memory for matching and calls the
+//! store only to load and to change: a store answers a change only once it is
+//! durable.
 //!
-//! Numbering, for a store that others follow: every enrollment gets an id
-//! that is never reused and grows with time, and every FORGET appends a
-//! removal (its own growing id, the name, and the highest enrollment id it
-//! covered). A follower that has seen enrollments up to E and removals up to
-//! R catches up by applying the removals after R, then the enrollments after
-//! E that still exist.
+//! Numbering, for a store that others follow: every change (an ENROLL's rows,
+//! a FORGET) takes the gallery's next change number, in commit order. A
+//! removal covers every enrollment of its name with a smaller number, and its
+//! rows are deleted, so a follower that has seen everything up to change C
+//! catches up by reading the removals and the still-existing enrollments
+//! after C in one snapshot.
 
 pub mod identity;
 pub mod legacy;
+pub mod postgres;
 pub mod schema;
 pub mod sqlite;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::error::{Error, Result};
+pub use self::postgres::PgSettings;
+use crate::error::Result;
 pub use identity::Identity;
 
 /// The `gallery_store` model parameter.
@@ -38,13 +41,49 @@ impl StoreKind {
     }
 }
 
+/// Where a model's store is: a file in its gallery folder, or a gallery
+/// (by name) in a PostgreSQL database shared with other servers.
+#[derive(Clone, Debug)]
+pub enum Location {
+    Sqlite {
+        dir: PathBuf,
+    },
+    Postgres {
+        settings: PgSettings,
+        gallery: String,
+    },
+}
+
+/// Where a change sits in a store's history: `id` names the row (unique,
+/// never reused); `change` orders it among every change to the gallery, in
+/// commit order (the rows of one transaction share it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub id: i64,
+    pub change: i64,
+}
+
 /// One enrolled face as stored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
-    /// The enrollment's number: unique, never reused, growing.
-    pub id: i64,
+    pub stamp: Stamp,
     pub name: String,
     pub embedding: Vec<f32>,
+}
+
+/// A FORGET: every enrollment of `name` older than `change` is gone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Removal {
+    pub name: String,
+    pub change: i64,
+}
+
+/// What a FORGET did: rows removed per name, and its change number (every
+/// enrollment of those names below it is gone).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forgot {
+    pub removed: Vec<usize>,
+    pub change: i64,
 }
 
 /// An old `enrolled.json` imported at this open.
@@ -63,6 +102,17 @@ pub struct Loaded {
     /// never matched.
     pub foreign: usize,
     pub migrated: Option<Migrated>,
+    /// The last change the entries include: a follower goes on from here.
+    pub change: i64,
+}
+
+/// Changes other servers made, read by a `Follower`: everything after one
+/// change number up to `upto`, from one consistent snapshot.
+#[derive(Debug, Default, PartialEq)]
+pub struct Changes {
+    pub upto: i64,
+    pub enrolled: Vec<Stored>,
+    pub removed: Vec<Removal>,
 }
 
 /// A gallery's durable part. Calls come one at a time (the gallery holds its
@@ -71,26 +121,51 @@ pub struct Loaded {
 pub trait Store: Send {
     /// Every live entry of this store's embedder, oldest first.
     fn load(&mut self) -> Result<Loaded>;
-    /// Add `entries` (name, embedding) all together or not at all; their ids,
-    /// in order.
-    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<i64>>;
-    /// Remove every entry of each name (this embedder's) and log each
+    /// Add `entries` (name, embedding) all together or not at all; their
+    /// stamps, in order.
+    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>>;
+    /// Remove every entry of each name (of every embedder: a forgotten
+    /// person is forgotten by all models sharing the gallery) and log each
     /// removal, all in one transaction; how many went, per name (0 logs
     /// nothing).
-    fn forget(&mut self, names: &[String]) -> Result<Vec<usize>>;
+    fn forget(&mut self, names: &[String]) -> Result<Forgot>;
     /// Where it lives, for logs: "sqlite /models/face/gallery/gallery.sqlite3".
+    fn describe(&self) -> String;
+    /// For a store other servers write too: what reads their changes.
+    fn follower(&self) -> Option<Box<dyn Follower>> {
+        None
+    }
+}
+
+/// Reads the changes other servers make to a shared store; runs on the
+/// gallery's own thread.
+pub trait Follower: Send {
+    /// Wait at most `wait` for news, then read what changed after `since`.
+    /// `None`: nothing new. After a reconnect it always reads (notifications
+    /// sent while away are lost). An error means the store is out of reach;
+    /// the caller waits a little and calls again.
+    fn next(&mut self, since: i64, wait: Duration) -> Result<Option<Changes>>;
     fn describe(&self) -> String;
 }
 
-/// The store `kind` for a gallery folder and an embedder.
-pub fn open(kind: StoreKind, dir: &Path, identity: &Identity) -> Result<Box<dyn Store>> {
-    match kind {
-        StoreKind::Sqlite => Ok(Box::new(sqlite::SqliteStore::open(dir, identity)?)),
-        StoreKind::Postgres => Err(Error::unsupported(
-            "model parameter `gallery_store` = \"postgres\": the PostgreSQL store is not built \
-             yet; use \"sqlite\"",
+/// The store at `location`, for `identity`'s embeddings.
+pub fn open(location: &Location, identity: &Identity) -> Result<Box<dyn Store>> {
+    match location {
+        Location::Sqlite { dir } => Ok(Box::new(sqlite::SqliteStore::open(dir, identity)?)),
+        Location::Postgres { settings, gallery } => Ok(Box::new(
+            self::postgres::PostgresStore::open(settings, gallery, identity)?,
         )),
     }
+}
+
+/// The SQLite store in `dir` (tests and benches).
+pub fn open_sqlite(dir: &Path, identity: &Identity) -> Result<Box<dyn Store>> {
+    open(
+        &Location::Sqlite {
+            dir: dir.to_path_buf(),
+        },
+        identity,
+    )
 }
 
 /// An embedding as stored: its floats, little-endian.

@@ -10,7 +10,9 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::schema::{migrate, sql_error};
-use super::{from_blob, legacy, now_ms, to_blob, Identity, Loaded, Migrated, Store, Stored};
+use super::{
+    from_blob, legacy, now_ms, to_blob, Forgot, Identity, Loaded, Migrated, Stamp, Store, Stored,
+};
 use crate::error::{Error, Result};
 
 pub const DB_FILE: &str = "gallery.sqlite3";
@@ -122,7 +124,8 @@ impl Store for SqliteStore {
                 ))
             })?;
             entries.push(Stored {
-                id,
+                // One writer, numbered by AUTOINCREMENT: the id orders too.
+                stamp: Stamp { id, change: id },
                 name,
                 embedding,
             });
@@ -139,10 +142,12 @@ impl Store for SqliteStore {
             entries,
             foreign: foreign as usize,
             migrated: self.migrated.take(),
+            // Nobody follows a SQLite store: no change number to go on from.
+            change: 0,
         })
     }
 
-    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<i64>> {
+    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -157,13 +162,14 @@ impl Store for SqliteStore {
                     self.identity.dim
                 )));
             }
-            ids.push(insert(&tx, self.embedder, name, &to_blob(embedding))?);
+            let id = insert(&tx, self.embedder, name, &to_blob(embedding))?;
+            ids.push(Stamp { id, change: id });
         }
         tx.commit().map_err(sql_error)?;
         Ok(ids)
     }
 
-    fn forget(&mut self, names: &[String]) -> Result<Vec<usize>> {
+    fn forget(&mut self, names: &[String]) -> Result<Forgot> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -171,9 +177,11 @@ impl Store for SqliteStore {
         let removed = names
             .iter()
             .map(|name| forget_one(&tx, self.embedder, name))
-            .collect::<Result<_>>()?;
+            .collect::<Result<Vec<_>>>()?;
         tx.commit().map_err(sql_error)?;
-        Ok(removed)
+        // One writer: the FORGET covers every enrollment there is.
+        let change = i64::MAX;
+        Ok(Forgot { removed, change })
     }
 
     fn describe(&self) -> String {
@@ -181,12 +189,13 @@ impl Store for SqliteStore {
     }
 }
 
-/// Remove `name`'s enrollments and log it (inside the caller's transaction).
+/// Remove `name`'s enrollments, of every embedder, and log it (inside the
+/// caller's transaction; the log row names the embedder that asked).
 fn forget_one(conn: &Connection, embedder: i64, name: &str) -> Result<usize> {
     let last: Option<i64> = conn
         .query_row(
-            "SELECT max(id) FROM enrollments WHERE embedder = ?1 AND name = ?2",
-            params![embedder, name],
+            "SELECT max(id) FROM enrollments WHERE name = ?1",
+            params![name],
             |r| r.get(0),
         )
         .optional()
@@ -197,8 +206,8 @@ fn forget_one(conn: &Connection, embedder: i64, name: &str) -> Result<usize> {
     };
     let removed = conn
         .execute(
-            "DELETE FROM enrollments WHERE embedder = ?1 AND name = ?2 AND id <= ?3",
-            params![embedder, name, last],
+            "DELETE FROM enrollments WHERE name = ?1 AND id <= ?2",
+            params![name, last],
         )
         .map_err(sql_error)?;
     conn.execute(

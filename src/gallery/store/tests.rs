@@ -43,27 +43,44 @@ fn blobs_round_trip_and_check_their_length() {
 }
 
 #[test]
-fn postgres_is_not_built_yet() {
-    let id = Identity::for_tests("dlib", 2);
-    let e = open(StoreKind::Postgres, Path::new("/nowhere"), &id)
+fn postgres_out_of_reach_fails_the_open_at_once() {
+    let var = "FACE_TEST_UNREACHABLE_DSN";
+    // Port 1 on loopback: refused at once, no waiting on a timeout.
+    std::env::set_var(var, "postgresql://face:s3cret@127.0.0.1:1/face");
+    let settings = PgSettings {
+        dsn_env: var.into(),
+        ..PgSettings::default()
+    };
+    let location = Location::Postgres {
+        settings,
+        gallery: "face".into(),
+    };
+    let e = open(&location, &Identity::for_tests("dlib", 2))
         .err()
         .unwrap();
-    assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert!(e.message().contains("not built yet"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(e.message().contains("cannot connect"), "{e}");
+    assert!(e.message().contains(var), "{e}");
+    assert!(!e.message().contains("s3cret"), "{e}");
 }
 
 #[test]
 fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dlib = open_as(tmp.path(), "dlib");
-    let ids = dlib.add(&[pair("a", 0.0), pair("b", 1.0)]).unwrap();
+    let ids: Vec<i64> = dlib
+        .add(&[pair("a", 0.0), pair("b", 1.0)])
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
     assert!(ids[0] < ids[1]);
     let mut onnx = open_as(tmp.path(), "onnx");
     let loaded = onnx.load().unwrap();
     assert!(loaded.entries.is_empty());
     assert_eq!(loaded.foreign, 2);
     let later = onnx.add(&[pair("c", 2.0)]).unwrap();
-    assert!(later[0] > ids[1], "ids are shared and never go back");
+    assert!(later[0].id > ids[1], "ids are shared and never go back");
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
     assert_eq!((loaded.entries.len(), loaded.foreign), (2, 1));
 }
@@ -79,20 +96,21 @@ fn an_add_is_all_or_nothing() {
 }
 
 #[test]
-fn forget_removes_one_embedders_rows_and_logs_it() {
+fn forget_removes_every_embedders_rows_and_logs_it() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dlib = open_as(tmp.path(), "dlib");
-    let ids = dlib
-        .add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)])
+    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)])
         .unwrap();
-    open_as(tmp.path(), "onnx").add(&[pair("a", 5.0)]).unwrap();
+    let last = open_as(tmp.path(), "onnx").add(&[pair("a", 5.0)]).unwrap()[0].id;
     let names_ = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let forgot = dlib.forget(&names_(&["a", "a", "zed"])).unwrap();
     assert_eq!(
-        dlib.forget(&names_(&["a", "a", "zed"])).unwrap(),
-        vec![2, 0, 0]
+        forgot.removed,
+        vec![3, 0, 0],
+        "a forgotten person is gone for all models"
     );
     assert_eq!(names(&mut open_as(tmp.path(), "dlib")), vec!["b"]);
-    assert_eq!(names(&mut open_as(tmp.path(), "onnx")), vec!["a"]);
+    assert!(names(&mut open_as(tmp.path(), "onnx")).is_empty());
     let conn = rusqlite::Connection::open(tmp.path().join(DB_FILE)).unwrap();
     let log: Vec<(String, i64, i64)> = conn
         .prepare("SELECT name, last_enrollment, removed FROM removals")
@@ -103,7 +121,7 @@ fn forget_removes_one_embedders_rows_and_logs_it() {
         .unwrap();
     assert_eq!(
         log,
-        vec![("a".to_string(), ids[1], 2)],
+        vec![("a".to_string(), last, 3)],
         "one removal, no-ops not logged"
     );
 }

@@ -1,0 +1,334 @@
+//! The PostgreSQL store: one gallery (by name) in a database that a fleet of
+//! servers shares. Matching stays in each server's memory; the database
+//! orders the changes and tells every server about them.
+//!
+//! A change (ENROLL's rows, a FORGET) is one transaction: it locks its
+//! gallery's row to take the next change number (so numbers follow commit
+//! order), writes its rows, and sends NOTIFY, which PostgreSQL delivers at
+//! commit. Every server's follower (`follow.rs`) LISTENs, and reads what
+//! changed after the last number it has seen: on a notification, after every
+//! reconnect, and every `gallery_poll_ms` in case one was lost.
+
+pub mod follow;
+pub mod read;
+pub mod schema;
+pub mod target;
+
+use std::time::Duration;
+
+use ::postgres::{Client, Transaction};
+
+use super::{to_blob, Follower, Forgot, Identity, Loaded, Stamp, Store};
+use crate::error::{Error, Result};
+use read::{ReadError, Scope};
+use target::Target;
+
+/// The channel every server LISTENs on; the payload is the gallery's id.
+pub const CHANNEL: &str = "triton_face";
+
+/// The model parameters of a PostgreSQL gallery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgSettings {
+    /// The environment variable holding the DSN.
+    pub dsn_env: String,
+    /// `None`: the model's name.
+    pub gallery_name: Option<String>,
+    /// Read changes at least this often, notified or not.
+    pub poll: Duration,
+}
+
+impl Default for PgSettings {
+    fn default() -> Self {
+        PgSettings {
+            dsn_env: "FACE_GALLERY_DSN".into(),
+            gallery_name: None,
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+pub struct PostgresStore {
+    target: Target,
+    /// The writing session; `None` after it broke (reconnects at the next call).
+    client: Option<Client>,
+    scope: Scope,
+    name: String,
+    poll: Duration,
+}
+
+impl PostgresStore {
+    /// Connect, prepare the schema, and find (or create) the gallery and the
+    /// embedder's rows. A database out of reach fails the model load.
+    pub fn open(settings: &PgSettings, gallery: &str, identity: &Identity) -> Result<Self> {
+        let target = Target::from_env(&settings.dsn_env)?;
+        let mut client = target.connect().map_err(|e| {
+            Error::unavailable(format!(
+                "gallery store postgres {}: cannot connect: {e}. The model does not load without \
+                 its gallery: start the database (or fix {}), then load the model again",
+                target.shown(),
+                settings.dsn_env
+            ))
+        })?;
+        schema::migrate(&mut client).map_err(|e| e.into_error(target.shown()))?;
+        let db = |e: ::postgres::Error| db_error(&target, e);
+        let gallery_id = row_id(
+            &mut client,
+            "INSERT INTO triton_face.galleries (name) VALUES ($1) ON CONFLICT (name) DO NOTHING",
+            "SELECT id FROM triton_face.galleries WHERE name = $1",
+            &[&gallery],
+        )
+        .map_err(db)?;
+        let dim = identity.dim as i32;
+        let key: [&(dyn ::postgres::types::ToSql + Sync); 4] = [
+            &identity.engine,
+            &identity.metric,
+            &dim,
+            &identity.model_hash,
+        ];
+        let embedder = row_id(
+            &mut client,
+            "INSERT INTO triton_face.embedders (engine, metric, dim, model_hash) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            "SELECT id FROM triton_face.embedders \
+             WHERE engine = $1 AND metric = $2 AND dim = $3 AND model_hash = $4",
+            &key,
+        )
+        .map_err(db)?;
+        Ok(PostgresStore {
+            scope: Scope {
+                gallery: gallery_id,
+                embedder,
+                dim: identity.dim,
+            },
+            name: gallery.to_string(),
+            poll: settings.poll,
+            client: Some(client),
+            target,
+        })
+    }
+
+    /// The writing session, reconnected if it broke.
+    fn session(&mut self) -> Result<&mut Client> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = None;
+            let client = self.target.connect().map_err(|e| self.db(e))?;
+            self.client = Some(client);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    fn db(&self, e: ::postgres::Error) -> Error {
+        db_error(&self.target, e)
+    }
+
+    /// Run `body` as one change: take the gallery's next change number, run
+    /// it, notify, commit. `body` says whether there is anything to commit.
+    /// A session that broke before the commit was sent is replaced and the
+    /// change tried once more; a failure at the commit itself is reported as
+    /// such (it may or may not have been saved: nothing is acknowledged).
+    fn change<T>(&mut self, body: &ChangeBody<'_, T>) -> Result<T> {
+        let gallery = self.scope.gallery;
+        for attempt in 0..2 {
+            let client = self.session()?;
+            match run_change(client, gallery, body) {
+                Ok(v) => return Ok(v),
+                Err(Failure::Before(e)) if attempt == 0 && broken(&e) => {
+                    self.client = None;
+                }
+                Err(Failure::Before(e)) => return Err(self.db(e)),
+                Err(Failure::AtCommit(e)) => {
+                    self.client = None;
+                    return Err(Error::unavailable(format!(
+                        "gallery store postgres {}: the commit did not complete ({e}); the \
+                         change may or may not be saved: check with LIST before retrying",
+                        self.target.shown()
+                    )));
+                }
+            }
+        }
+        Err(Error::unavailable(format!(
+            "gallery store postgres {}: the session broke twice",
+            self.target.shown()
+        )))
+    }
+}
+
+/// What a change does inside its transaction, given its change number:
+/// the answer, and whether there is anything to commit.
+type ChangeBody<'a, T> =
+    dyn Fn(&mut Transaction<'_>, i64) -> std::result::Result<(T, bool), ::postgres::Error> + 'a;
+
+enum Failure {
+    /// Before COMMIT was sent: nothing was saved.
+    Before(::postgres::Error),
+    /// The COMMIT itself: unknown.
+    AtCommit(::postgres::Error),
+}
+
+fn run_change<T>(
+    client: &mut Client,
+    gallery: i64,
+    body: &ChangeBody<'_, T>,
+) -> std::result::Result<T, Failure> {
+    let mut tx = client.transaction().map_err(Failure::Before)?;
+    let change: i64 = tx
+        .query_one(
+            "UPDATE triton_face.galleries SET last_change = last_change + 1 \
+             WHERE id = $1 RETURNING last_change",
+            &[&gallery],
+        )
+        .map_err(Failure::Before)?
+        .get(0);
+    let (out, commit) = body(&mut tx, change).map_err(Failure::Before)?;
+    if !commit {
+        return Ok(out); // dropping `tx` rolls back: the number is not used
+    }
+    tx.execute(
+        "SELECT pg_notify($1, $2)",
+        &[&CHANNEL, &gallery.to_string()],
+    )
+    .map_err(Failure::Before)?;
+    tx.commit().map_err(Failure::AtCommit)?;
+    Ok(out)
+}
+
+/// The session is gone (killed, server restarting, network): worth one
+/// retry on a new session. SQLSTATE classes 08 (connection exception) and
+/// 57 (operator intervention: pg_terminate_backend, shutdown).
+fn broken(e: &::postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(code) => matches!(&code.code()[..2], "08" | "57"),
+    }
+}
+
+fn db_error(target: &Target, e: ::postgres::Error) -> Error {
+    Error::unavailable(format!("gallery store postgres {}: {e}", target.shown()))
+}
+
+/// The id of a row found by `select`, inserted by `insert` first if missing
+/// (both take `params`).
+fn row_id(
+    client: &mut Client,
+    insert: &str,
+    select: &str,
+    params: &[&(dyn ::postgres::types::ToSql + Sync)],
+) -> std::result::Result<i64, ::postgres::Error> {
+    client.execute(insert, params)?;
+    Ok(client.query_one(select, params)?.get(0))
+}
+
+impl Store for PostgresStore {
+    fn load(&mut self) -> Result<Loaded> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let loaded = (|| {
+            let mut tx = read::snapshot(client)?;
+            let change = read::last_change(&mut tx, scope)?;
+            let entries = read::enrollments(&mut tx, scope, 0)?;
+            let foreign = read::foreign(&mut tx, scope)?;
+            tx.commit()?;
+            Ok::<_, ReadError>(Loaded {
+                entries,
+                foreign,
+                migrated: None,
+                change,
+            })
+        })();
+        loaded.map_err(|e| read_error(self.target.shown(), e))
+    }
+
+    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {
+        let scope = self.scope;
+        if let Some((name, e)) = entries.iter().find(|(_, e)| e.len() != scope.dim) {
+            return Err(Error::internal(format!(
+                "enrolling {name:?}: {} values, the store holds {}",
+                e.len(),
+                scope.dim
+            )));
+        }
+        self.change(&|tx, change| {
+            let mut stamps = Vec::with_capacity(entries.len());
+            for (name, embedding) in entries {
+                let id: i64 = tx
+                    .query_one(
+                        "INSERT INTO triton_face.enrollments \
+                         (gallery, embedder, name, embedding, change) \
+                         VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                        &[
+                            &scope.gallery,
+                            &scope.embedder,
+                            name,
+                            &to_blob(embedding),
+                            &change,
+                        ],
+                    )?
+                    .get(0);
+                stamps.push(Stamp { id, change });
+            }
+            Ok((stamps, !entries.is_empty()))
+        })
+    }
+
+    fn forget(&mut self, names: &[String]) -> Result<Forgot> {
+        let gallery = self.scope.gallery;
+        self.change(&|tx, change| {
+            let mut removed = Vec::with_capacity(names.len());
+            for name in names {
+                removed.push(forget_one(tx, gallery, name, change)?);
+            }
+            let any = removed.iter().any(|&n| n > 0);
+            let change = if any { change } else { 0 };
+            Ok((Forgot { removed, change }, any))
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "postgres {}, gallery {:?} (id {})",
+            self.target.shown(),
+            self.name,
+            self.scope.gallery
+        )
+    }
+
+    fn follower(&self) -> Option<Box<dyn Follower>> {
+        let label = self.describe();
+        Some(Box::new(follow::PgFollower::new(
+            self.target.clone(),
+            self.scope,
+            self.poll,
+            label,
+        )))
+    }
+}
+
+/// Delete `name`'s rows (every embedder's) and log the removal; how many.
+fn forget_one(
+    tx: &mut Transaction<'_>,
+    gallery: i64,
+    name: &str,
+    change: i64,
+) -> std::result::Result<usize, ::postgres::Error> {
+    let removed = tx.execute(
+        "DELETE FROM triton_face.enrollments WHERE gallery = $1 AND name = $2",
+        &[&gallery, &name],
+    )? as usize;
+    if removed > 0 {
+        tx.execute(
+            "INSERT INTO triton_face.removals (gallery, name, change, removed) \
+             VALUES ($1, $2, $3, $4)",
+            &[&gallery, &name, &change, &(removed as i32)],
+        )?;
+    }
+    Ok(removed)
+}
+
+pub(super) fn read_error(shown: &str, e: ReadError) -> Error {
+    match e {
+        ReadError::Db(e) => Error::unavailable(format!("gallery store postgres {shown}: {e}")),
+        ReadError::BadRow(what) => {
+            Error::unavailable(format!("gallery store postgres {shown}: {what}"))
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Reading a gallery from one consistent snapshot (REPEATABLE READ): all of
+//! it at load, or what changed after a change number when following. Since
+//! change numbers follow commit order, the snapshot holds exactly the changes
+//! up to its gallery row's `last_change`.
+
+use ::postgres::{Client, IsolationLevel, Row, Transaction};
+
+use super::super::{from_blob, Changes, Removal, Stamp, Stored};
+
+/// Which rows: one gallery, one embedder's enrollments.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope {
+    pub gallery: i64,
+    pub embedder: i64,
+    pub dim: usize,
+}
+
+/// A read failed: the database's error, or a row that is not an embedding.
+pub enum ReadError {
+    Db(::postgres::Error),
+    BadRow(String),
+}
+
+impl From<::postgres::Error> for ReadError {
+    fn from(e: ::postgres::Error) -> Self {
+        ReadError::Db(e)
+    }
+}
+
+pub fn snapshot(client: &mut Client) -> Result<Transaction<'_>, ::postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+}
+
+/// The gallery's last change number in this snapshot.
+pub fn last_change(tx: &mut Transaction<'_>, scope: Scope) -> Result<i64, ReadError> {
+    let row = tx.query_one(
+        "SELECT last_change FROM triton_face.galleries WHERE id = $1",
+        &[&scope.gallery],
+    )?;
+    Ok(row.get(0))
+}
+
+/// This embedder's enrollments with a change number above `after`, oldest
+/// first.
+pub fn enrollments(
+    tx: &mut Transaction<'_>,
+    scope: Scope,
+    after: i64,
+) -> Result<Vec<Stored>, ReadError> {
+    tx.query(
+        "SELECT id, change, name, embedding FROM triton_face.enrollments \
+         WHERE gallery = $1 AND embedder = $2 AND change > $3 ORDER BY change, id",
+        &[&scope.gallery, &scope.embedder, &after],
+    )?
+    .iter()
+    .map(|row| stored(row, scope.dim))
+    .collect()
+}
+
+fn stored(row: &Row, dim: usize) -> Result<Stored, ReadError> {
+    let (id, change, name): (i64, i64, String) = (row.get(0), row.get(1), row.get(2));
+    let blob: &[u8] = row.get(3);
+    let embedding = from_blob(blob, dim).ok_or_else(|| {
+        ReadError::BadRow(format!(
+            "enrollment {id} ({name:?}) has {} bytes, not {dim} floats",
+            blob.len()
+        ))
+    })?;
+    Ok(Stored {
+        stamp: Stamp { id, change },
+        name,
+        embedding,
+    })
+}
+
+/// Rows of the gallery made by other embedders: kept, never matched.
+pub fn foreign(tx: &mut Transaction<'_>, scope: Scope) -> Result<usize, ReadError> {
+    let row = tx.query_one(
+        "SELECT count(*) FROM triton_face.enrollments WHERE gallery = $1 AND embedder <> $2",
+        &[&scope.gallery, &scope.embedder],
+    )?;
+    Ok(row.get::<_, i64>(0) as usize)
+}
+
+/// Everything that changed after `after` (the caller's snapshot).
+pub fn changes(tx: &mut Transaction<'_>, scope: Scope, after: i64) -> Result<Changes, ReadError> {
+    let upto = last_change(tx, scope)?;
+    if upto <= after {
+        return Ok(Changes {
+            upto: after,
+            ..Changes::default()
+        });
+    }
+    let removed = tx
+        .query(
+            "SELECT name, change FROM triton_face.removals \
+             WHERE gallery = $1 AND change > $2 ORDER BY change",
+            &[&scope.gallery, &after],
+        )?
+        .iter()
+        .map(|row| Removal {
+            name: row.get(0),
+            change: row.get(1),
+        })
+        .collect();
+    Ok(Changes {
+        upto,
+        enrolled: enrollments(tx, scope, after)?,
+        removed,
+    })
+}
