@@ -144,7 +144,7 @@ def test_an_old_enrolled_json_is_migrated_once(start_server, photos, engine):
 @pytest.mark.engines("onnx")
 def test_an_embedder_change_ignores_old_rows_with_one_warning(start_server, photos):
     """Rows made with other model files stay in the store but never match; the log says how
-    many, once."""
+    many, once. FORGET removes them too."""
     server = start_server(gallery={})
     for photo, name in (("obama.jpg", "obama"), ("biden.jpg", "biden")):
         infer_encoded(server.http(), [photos.bytes(photo)], enroll=name)
@@ -163,6 +163,10 @@ def test_an_embedder_change_ignores_old_rows_with_one_warning(start_server, phot
     assert _who(client, photos, "obama2.jpg") == ["unknown"]
     assert people(list_people(client)) == []
     assert stored_names(server.gallery_dir) == ["obama", "biden"], "old rows were dropped"
+    # A forgotten person is forgotten by every embedder: the old model's row goes too.
+    [gone] = forget(client, "obama")
+    assert gone["forgotten"]["removed"] == 1, gone
+    assert stored_names(server.gallery_dir) == ["biden"]
 
 
 @pytest.mark.engines("dlib")
