@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -195,7 +196,11 @@ class Photos:
             raise MissingAsset(f"photo {name} not found in {self.root}: run scripts/setup.sh")
         target = self.workdir / name
         if not target.is_file():
-            DERIVED[name](self).save(target)
+            # Written aside, then renamed: another thread asking for it meanwhile (the tests
+            # send frames from threads) must never read a partly written file.
+            partial = target.with_name(f"{target.stem}.{threading.get_ident()}{target.suffix}")
+            DERIVED[name](self).save(partial)
+            partial.replace(target)
         return target
 
     def bytes(self, name: str) -> bytes:

@@ -21,11 +21,9 @@ import copy
 import http.server
 import json
 import re
-import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.request
 from concurrent import futures
 from pathlib import Path
@@ -33,6 +31,10 @@ from pathlib import Path
 import pytest
 
 from environment import REPO_ROOT
+# The router's config and how it is run locally: shared with test_fleet.py (real servers).
+from router import (
+    NGINX_CONF, Router, free_port, hashed_header, nginx_binary, nginx_command, render,
+)
 
 try:
     import kubernetes_validate.utils as kv
@@ -42,7 +44,6 @@ except ImportError as missing:  # reported by the `validator` fixture, as a fail
     IMPORT_ERROR = missing
 
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
-NGINX_CONF = DEPLOY / "router" / "nginx.conf"
 README = REPO_ROOT / "README.md"
 DSN_ENV = "FACE_GALLERY_DSN"
 # The oldest Kubernetes release the recipe is checked against; the newest bundled one too.
@@ -287,6 +288,7 @@ def readme_header() -> str:
 
 def test_router_hashes_on_the_header_the_readme_names(validator):
     variable = "$http_" + readme_header().lower().replace("-", "_")
+    assert hashed_header() == readme_header()  # what test_fleet.py sends through the router
     conf = NGINX_CONF.read_text()
     upstreams = dict(re.findall(r"upstream (\w+) \{(.*?)\}", conf, re.S))
     assert set(upstreams) == {"triton_http", "triton_grpc"}
@@ -311,45 +313,6 @@ def test_router_hashes_on_the_header_the_readme_names(validator):
 
 # ---------------------------------------------------------------------------------------------
 # The router, run locally
-
-
-def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if found is None:
-        pytest.fail(f"nginx not found: {SETUP_HINT} (Debian package nginx)", pytrace=False)
-    return found
-
-
-def nginx_command(nginx: str, prefix: Path, conf: Path) -> list[str]:
-    out = subprocess.run([nginx, "-v"], capture_output=True, text=True).stderr
-    version = tuple(int(x) for x in re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", out).groups())
-    # -e (1.19.5 on): the error log before the config is read, or nginx tries /var/log/nginx
-    # (not writable by a non-root user).
-    early_log = ["-e", "stderr"] if version >= (1, 19, 5) else []
-    return [nginx, *early_log, "-p", f"{prefix}/", "-c", str(conf)]
-
-
-def sub_once(pattern: str, replacement: str, text: str) -> str:
-    new, count = re.subn(pattern, replacement, text, flags=re.M)
-    assert count == 1, f"nginx.conf: expected one match of {pattern!r}, found {count}"
-    return new
-
-
-def render(conf: str, http_ports, grpc_ports, listen: dict[int, int]) -> str:
-    """The router's nginx.conf with local upstreams and listen ports, and no cluster DNS."""
-    for port, backends in ((8000, http_ports), (8001, grpc_ports)):
-        servers = "".join(f"server 127.0.0.1:{p};\n" for p in backends)
-        conf = sub_once(rf"^\s*server \S+:{port} resolve;\n", servers, conf)
-    conf = sub_once(r"^\s*resolver .*;$", "resolver 127.0.0.1;", conf)
-    for port, local in listen.items():
-        conf = sub_once(rf"^(\s*listen) {port}\b", rf"\1 127.0.0.1:{local}", conf)
-    return conf
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_nginx_accepts_the_router_config(tmp_path):
@@ -421,35 +384,6 @@ class GrpcReplica:
 
     def stop(self):
         self.server.stop(None)
-
-
-class Router:
-    """nginx running the rendered router config in the foreground."""
-
-    def __init__(self, tmp: Path, http_ports, grpc_ports):
-        self.ports = {p: free_port() for p in (8000, 8001, 8080)}
-        conf = tmp / "nginx.conf"
-        conf.write_text(render(NGINX_CONF.read_text(), http_ports, grpc_ports, self.ports))
-        self.log = tmp / "nginx.log"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(nginx_command(nginx_binary(), tmp, conf),
-                                            stdout=subprocess.DEVNULL, stderr=log)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + 20
-        while True:
-            assert self.process.poll() is None, f"nginx exited: {self.log.read_text()}"
-            try:
-                with opener.open(f"http://127.0.0.1:{self.ports[8080]}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"nginx not up: {self.log.read_text()}"
-            time.sleep(0.1)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=10)
 
 
 def owners(replicas) -> dict[str, set[int]]:

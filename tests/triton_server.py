@@ -6,6 +6,8 @@
     server.stop()           # SIGTERM, SIGKILL after 15 s; server.kill() is SIGKILL at once
 
 Options: `model="face_sequence"` serves that model of model_repository/ instead;
+`more_models=("face_sequence",)` serves further models beside it (see __init__);
+`env={"FACE_GALLERY_DSN": dsn}` sets (None: unsets) variables of the server's environment;
 `engine="onnx"` serves it with the ONNX engine (`"onnx-tract"`: on the tract runtime) (see engine_config: `face` is then the sample
 model_repository/face_onnx, other models get `engine: onnx` switched into their own config);
 `config_edits=[(regex, replacement)]` rewrites its config.pbtxt text (each regex must match);
@@ -19,6 +21,7 @@ included): that is how the restart tests work.
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import shutil
 import signal
@@ -150,7 +153,7 @@ class TritonServer:
 
     def __init__(
         self,
-        env: SuiteEnv,
+        suite: SuiteEnv,
         root: Path,
         params: Mapping[str, str] | None = None,
         gallery: Mapping[str, Path] | None = None,
@@ -159,19 +162,27 @@ class TritonServer:
         config_edits: Sequence[tuple[str, str]] = (),
         metrics: bool = False,
         engine: str = "dlib",
+        env: Mapping[str, str | None] | None = None,
+        more_models: Sequence[str] = (),
     ):
         """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
         images; None means the default {obama, biden}, {} an empty gallery. `config_edits` are
         (regex, replacement) pairs applied in order to the model's config.pbtxt text (after the
-        engine's set-up, before `params`)."""
-        self.env = env
+        engine's set-up, before `params`). `more_models` are served too, each set up like
+        `model` (engine, params, its own copy of the gallery) but without the config_edits;
+        the backend library then sits once in backends/face/ for all of them, as in the image
+        (Dockerfile.build). `env` is added to the test's environment for the server process (a
+        None value removes that variable)."""
+        self.env = suite
         self.root = Path(root)
         self.model = model
+        self.models = (model, *more_models)
         self.engine = engine
         self.model_dir = self.root / "models" / model
         self.gallery_dir = self.model_dir / "gallery"
         self.extra_args = tuple(extra_args)
         self.metrics = metrics
+        self.process_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
@@ -179,7 +190,8 @@ class TritonServer:
         self.exited_early = False
         self._clients: list = []
         self._build_repository(
-            dict(params or {}), default_gallery(env) if gallery is None else gallery, config_edits
+            dict(params or {}), default_gallery(suite) if gallery is None else gallery,
+            config_edits,
         )
 
     # ---- repository -------------------------------------------------------------------------
@@ -188,11 +200,28 @@ class TritonServer:
         self, params: dict[str, str], gallery: Mapping[str, Path],
         config_edits: Sequence[tuple[str, str]],
     ) -> None:
-        version_dir = self.model_dir / "1"
+        backends = self.root / "backends"
+        backends.mkdir()  # --backend-directory: only our library is found
+        if len(self.models) == 1:
+            library = self.model_dir / "libtriton_face.so"
+        else:
+            library = backends / "face" / "libtriton_face.so"
+            library.parent.mkdir()
+        # A copy: a rebuild during the test does not change what the server loads.
+        self.model_dir.mkdir(parents=True)
+        shutil.copy2(self.env.backend_lib, library)
+        for model in self.models:
+            edits = config_edits if model == self.model else ()
+            self._build_model(model, params, gallery, edits)
+
+    def _build_model(
+        self, model: str, params: dict[str, str], gallery: Mapping[str, Path],
+        config_edits: Sequence[tuple[str, str]],
+    ) -> None:
+        model_dir = self.root / "models" / model
+        version_dir = model_dir / "1"
         version_dir.mkdir(parents=True)
-        (self.root / "backends").mkdir()  # empty --backend-directory: only our library is found
-        shutil.copy2(self.env.backend_lib, self.model_dir / "libtriton_face.so")
-        config = engine_config(self.env, self.model, self.engine)
+        config = engine_config(self.env, model, self.engine)
         if self.engine.startswith("onnx"):  # *_model parameters are relative to the version folder
             for name in ONNX_MODEL_FILES:
                 (version_dir / name).symlink_to(self.env.onnx_models / name)
@@ -200,10 +229,10 @@ class TritonServer:
             config = edit_config(config, pattern, replacement)
         for key, value in params.items():
             config = set_parameter(config, key, value)
-        (self.model_dir / "config.pbtxt").write_text(config)
-        self.gallery_dir.mkdir()
+        (model_dir / "config.pbtxt").write_text(config)
+        (model_dir / "gallery").mkdir()
         for name, source in gallery.items():
-            target = self.gallery_dir / name
+            target = model_dir / "gallery" / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
 
@@ -275,10 +304,16 @@ class TritonServer:
             "--exit-timeout-secs=10",
             *self.extra_args,
         ]
+        environment = dict(os.environ)
+        for name, value in self.process_env.items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[name] = value
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.root,
+                cwd=self.root, env=environment,
             )
         _LIVE.add(self)
 
@@ -403,8 +438,9 @@ class TritonServer:
     def discard_library(self) -> None:
         """Remove this repository's copies of the library (~200 MB each, debug build) once the
         server is stopped for good; logs and galleries stay for a failed test's report."""
-        for copy in (self.root / "models").glob("*/libtriton_face.so"):
-            copy.unlink(missing_ok=True)
+        for folder in ("models", "backends"):
+            for copy in (self.root / folder).glob("*/libtriton_face.so"):
+                copy.unlink(missing_ok=True)
 
     def __enter__(self) -> "TritonServer":
         return self.start()

@@ -9,7 +9,7 @@ use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::Client;
 
 use super::read::{self, ReadError, Scope};
-use super::target::Target;
+use super::target::{why, Target};
 use super::{read_error, CHANNEL};
 use crate::error::{Error, Result};
 use crate::gallery::store::{Changes, Follower};
@@ -79,8 +79,9 @@ impl PgFollower {
 
     fn db(&self, e: ::postgres::Error) -> Error {
         Error::unavailable(format!(
-            "gallery store postgres {}: {e}",
-            self.target.shown()
+            "gallery store postgres {}: {}",
+            self.target.shown(),
+            why(&e)
         ))
     }
 }
@@ -95,7 +96,7 @@ fn wait_for(client: &mut Client, gallery: i64, wait: Duration) -> std::result::R
     let mut queued = notifications.iter();
     let rest = std::iter::from_fn(|| queued.next().transpose());
     for n in first.transpose().into_iter().chain(rest) {
-        let n = n.map_err(|e| Error::unavailable(format!("listening: {e}")))?;
+        let n = n.map_err(|e| Error::unavailable(format!("listening: {}", why(&e))))?;
         notified |= n.payload() == ours;
     }
     Ok(notified)

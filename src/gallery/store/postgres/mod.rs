@@ -21,7 +21,7 @@ use ::postgres::{Client, Transaction};
 use super::{to_blob, Follower, Forgot, Identity, Loaded, Stamp, Store};
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
-use target::Target;
+use target::{why, Target};
 
 /// The channel every server LISTENs on; the payload is the gallery's id.
 pub const CHANNEL: &str = "triton_face";
@@ -63,9 +63,10 @@ impl PostgresStore {
         let target = Target::from_env(&settings.dsn_env)?;
         let mut client = target.connect().map_err(|e| {
             Error::unavailable(format!(
-                "gallery store postgres {}: cannot connect: {e}. The model does not load without \
+                "gallery store postgres {}: cannot connect: {}. The model does not load without \
                  its gallery: start the database (or fix {}), then load the model again",
                 target.shown(),
+                why(&e),
                 settings.dsn_env
             ))
         })?;
@@ -139,9 +140,10 @@ impl PostgresStore {
                 Err(Failure::AtCommit(e)) => {
                     self.client = None;
                     return Err(Error::unavailable(format!(
-                        "gallery store postgres {}: the commit did not complete ({e}); the \
+                        "gallery store postgres {}: the commit did not complete ({}); the \
                          change may or may not be saved: check with LIST before retrying",
-                        self.target.shown()
+                        self.target.shown(),
+                        why(&e)
                     )));
                 }
             }
@@ -203,7 +205,11 @@ fn broken(e: &::postgres::Error) -> bool {
 }
 
 fn db_error(target: &Target, e: ::postgres::Error) -> Error {
-    Error::unavailable(format!("gallery store postgres {}: {e}", target.shown()))
+    Error::unavailable(format!(
+        "gallery store postgres {}: {}",
+        target.shown(),
+        why(&e)
+    ))
 }
 
 /// The id of a row found by `select`, inserted by `insert` first if missing
@@ -326,7 +332,9 @@ fn forget_one(
 
 pub(super) fn read_error(shown: &str, e: ReadError) -> Error {
     match e {
-        ReadError::Db(e) => Error::unavailable(format!("gallery store postgres {shown}: {e}")),
+        ReadError::Db(e) => {
+            Error::unavailable(format!("gallery store postgres {shown}: {}", why(&e)))
+        }
         ReadError::BadRow(what) => {
             Error::unavailable(format!("gallery store postgres {shown}: {what}"))
         }

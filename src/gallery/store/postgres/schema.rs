@@ -102,7 +102,8 @@ impl MigrateError {
     pub fn into_error(self, shown: &str) -> Error {
         match self {
             MigrateError::Db(e) => Error::unavailable(format!(
-                "gallery store postgres {shown}: preparing schema triton_face: {e}"
+                "gallery store postgres {shown}: preparing schema triton_face: {}",
+                super::target::why(&e)
             )),
             MigrateError::Newer(v) => Error::unavailable(format!(
                 "gallery store postgres {shown}: schema triton_face is version {v}, newer than \

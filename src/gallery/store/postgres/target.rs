@@ -42,7 +42,8 @@ impl Target {
         // The parser's message never quotes the DSN (it may hold a password).
         let mut config: Config = dsn.parse().map_err(|e| {
             Error::invalid(format!(
-                "gallery_store \"postgres\": the DSN in {var} is not valid: {e}"
+                "gallery_store \"postgres\": the DSN in {var} is not valid: {}",
+                why(&e)
             ))
         })?;
         if config.get_connect_timeout().is_none() {
@@ -68,6 +69,22 @@ impl Target {
     pub fn shown(&self) -> &str {
         &self.shown
     }
+}
+
+/// An error with its causes: the crate's own text stops at "db error",
+/// leaving the server's message (e.g. "terminating connection due to
+/// administrator command") in its source.
+pub fn why(e: &::postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn where_(c: &Config) -> String {
