@@ -201,7 +201,7 @@ class TritonServer:
         config_edits: Sequence[tuple[str, str]],
     ) -> None:
         backends = self.root / "backends"
-        backends.mkdir()  # --backend-directory: only our library is found
+        backends.mkdir(parents=True)  # --backend-directory: only our library is found
         if len(self.models) == 1:
             library = self.model_dir / "libtriton_face.so"
         else:
