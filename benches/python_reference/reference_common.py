@@ -33,6 +33,21 @@ def gallery_images(folder):
     return sorted(images, key=lambda item: item[1])
 
 
+def load_gallery(folder, embeddings_of):
+    """(names, stacked embeddings) of the gallery's one-face images; `embeddings_of(path)`
+    gives an image's face embeddings. Other images are skipped with a warning."""
+    names, embeddings = [], []
+    for name, path in gallery_images(folder):
+        faces = embeddings_of(path)
+        if len(faces) != 1:
+            pb_utils.Logger.log_warn(
+                f"gallery image {path} skipped: it has {len(faces)} faces, needs exactly one")
+            continue
+        names.append(name)
+        embeddings.append(faces[0])
+    return names, (np.stack(embeddings) if embeddings else np.zeros((0, 1), np.float32))
+
+
 def request_images(request, decode, pixels_to_rgb):
     """The request's images (one per batch row): ENCODED rows through `decode(bytes)` (None:
     not an image), IMAGE rows through `pixels_to_rgb(array)`. ValueError for a bad request."""

@@ -19,7 +19,7 @@ pub(super) struct Entry {
 }
 
 pub(super) enum Origin {
-    /// A gallery image (relative to nothing: as found).
+    /// A gallery image: the file it came from.
     File(PathBuf),
     Store(Stamp),
 }

@@ -32,7 +32,7 @@ import triton_python_backend_utils as pb_utils
 
 # reference_common.py sits beside this file in the served repository (scripts/bench.sh).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_common import f32, gallery_images, request_images, respond  # noqa: E402
+from reference_common import f32, load_gallery, request_images, respond  # noqa: E402
 
 # ArcFace reference points in a 112x112 chip (src/pipeline/align.rs).
 ARCFACE_112 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
@@ -163,28 +163,16 @@ class TritonPythonModel:
         reference = ARCFACE_112 * np.float32([self.emb_size[0] / 112.0, self.emb_size[1] / 112.0])
         self.reference = reference.astype(np.float32)
 
-        self.gallery_names, self.gallery = self.load_gallery(
-            os.path.join(model_dir, param("gallery_dir", "gallery")))
+        self.gallery_names, self.gallery = load_gallery(
+            os.path.join(model_dir, param("gallery_dir", "gallery")), self.gallery_embeddings)
         pb_utils.Logger.log_info(
             f"{config['name']}: profile {self.profile}, onnxruntime {ort.__version__}, "
             f"denormal weights zeroed: {c1 + c2 + c3}, gallery: {len(self.gallery_names)} faces")
 
-    def load_gallery(self, folder):
-        """name.jpg -> name, name/*.jpg -> name; images with one face each."""
-        images = gallery_images(folder)
-        names, embeddings = [], []
-        for name, path in images:
-            with open(path, "rb") as f:
-                rgb = self.decode(f.read())
-            faces = self.analyze(rgb) if rgb is not None else []
-            if len(faces) != 1:
-                pb_utils.Logger.log_warn(
-                    f"gallery image {path} skipped: it has {len(faces)} faces, needs exactly one")
-                continue
-            names.append(name)
-            embeddings.append(faces[0]["embedding"])
-        gallery = np.stack(embeddings) if embeddings else np.zeros((0, 1), np.float32)
-        return names, gallery
+    def gallery_embeddings(self, path):
+        with open(path, "rb") as f:
+            rgb = self.decode(f.read())
+        return [face["embedding"] for face in self.analyze(rgb)] if rgb is not None else []
 
     @staticmethod
     def decode(data):

@@ -26,7 +26,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 
 # reference_common.py sits beside this file in the served repository (scripts/bench.sh).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_common import f32, gallery_images, request_images, respond  # noqa: E402
+from reference_common import f32, load_gallery, request_images, respond  # noqa: E402
 
 def weights_module(folder):
     """Stands in for the `face_recognition_models` package (100 MB of weights
@@ -61,27 +61,17 @@ class TritonPythonModel:
         self.fr = face_recognition
         self.upsample = int(params.get("upsample", "0"))
         self.tolerance = float(params.get("match_threshold", "0.6"))
-        self.names, self.gallery = self.load_gallery(
-            os.path.join(model_dir, params.get("gallery_dir", "gallery")))
+        self.names, self.gallery = load_gallery(
+            os.path.join(model_dir, params.get("gallery_dir", "gallery")), self.gallery_embeddings)
         pb_utils.Logger.log_info(
             f"{config['name']}: face_recognition with dlib {dlib.__version__}, upsample "
             f"{self.upsample}, tolerance {self.tolerance}, gallery: {len(self.names)} faces, "
             f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
 
-    def load_gallery(self, folder):
-        """name.jpg -> name, name/*.jpg -> name; images with one face each."""
-        images = gallery_images(folder)
-        names, encodings = [], []
-        for name, path in images:
-            image = self.fr.load_image_file(path)
-            locations = self.fr.face_locations(image, self.upsample, "hog")
-            if len(locations) != 1:
-                pb_utils.Logger.log_warn(
-                    f"gallery image {path} skipped: it has {len(locations)} faces, needs exactly one")
-                continue
-            names.append(name)
-            encodings.append(self.fr.face_encodings(image, locations, 1, "small")[0])
-        return names, np.array(encodings)
+    def gallery_embeddings(self, path):
+        image = self.fr.load_image_file(path)
+        locations = self.fr.face_locations(image, self.upsample, "hog")
+        return self.fr.face_encodings(image, locations, 1, "small")
 
     def document(self, image):
         locations = self.fr.face_locations(image, self.upsample, "hog")
