@@ -151,15 +151,28 @@ def model_statistics(client, model: str = MODEL) -> dict:
 
 def model_counts(client, model: str = MODEL, inferences: int = 0) -> tuple[int, int]:
     """(inference_count, execution_count) of the model: requests done vs batches executed, once
-    inference_count reaches `inferences` (the backend reports a batch's statistics just after
-    sending its responses, so a client may see its answers a moment before they are counted)."""
+    inference_count reaches `inferences`."""
+    stats = _statistics_once(client, model, lambda s: int(s["inference_count"]) >= inferences)
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def success_count(client, model: str = MODEL, at_least: int = 0) -> int:
+    """Successful inferences of `model` so far, once there are `at_least` of them."""
+    def count(stats: dict) -> int:
+        return int(stats["inference_stats"]["success"]["count"])
+    return count(_statistics_once(client, model, lambda s: count(s) >= at_least))
+
+
+def _statistics_once(client, model: str, reached) -> dict:
+    """The model's statistics once `reached(stats)` holds (10 s at most). The backend reports a
+    batch's statistics just after sending its responses, so a client may see its answers a moment
+    before they are counted."""
     deadline = time.monotonic() + 10
     while True:
         stats = model_statistics(client, model)
-        counts = int(stats["inference_count"]), int(stats["execution_count"])
-        if counts[0] >= inferences:
-            return counts
-        assert time.monotonic() < deadline, f"statistics stuck at {counts}, want {inferences}"
+        if reached(stats):
+            return stats
+        assert time.monotonic() < deadline, f"statistics of {model} stuck at {stats}"
         time.sleep(0.05)
 
 

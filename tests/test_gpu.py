@@ -34,7 +34,8 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from engines import DLIB, ENGINES
-from face_client import assert_person, encoded_tensors, infer, infer_encoded
+from face_client import (assert_person, encoded_tensors, infer, infer_encoded,
+                         success_count)
 from triton_server import TritonServer, rename_model
 
 
@@ -148,12 +149,6 @@ def explicit_server(suite_env, tmp_path, engine: str = "dlib") -> TritonServer:
     return server
 
 
-def successes(client, model: str) -> int:
-    """Successful inferences of `model` so far (its /v2/models/NAME/stats)."""
-    [stats] = client.get_inference_statistics(model)["model_stats"]
-    return int(stats["inference_stats"]["success"]["count"])
-
-
 def instance_kinds(client, model: str) -> list[tuple[str, int]]:
     """(kind, count) of each instance group of `model`, as the server configured it."""
     return [(group["kind"], group["count"])
@@ -185,7 +180,7 @@ def test_kind_gpu_model_fails_to_load_without_gpu(suite_env, tmp_path, photos, e
         assert index["face"].get("state") == "READY", index["face"]
         [doc] = infer_encoded(client, [photos.bytes("obama.jpg")])
         assert_person(doc, "obama", ENGINES[engine_name])
-        assert successes(client, "face") == 1
+        assert success_count(client, "face", at_least=1) == 1
         assert server.running
 
 
@@ -222,7 +217,7 @@ def test_kind_gpu_model_serves_on_gpu(suite_env, tmp_path, photos):
         assert instance_kinds(client, "face_gpu") == [("KIND_GPU", 1)]
         [doc] = infer(client, encoded_tensors([photos.bytes("obama.jpg")]), model="face_gpu")
         assert_person(doc, "unknown", DLIB)  # its gallery is empty
-        assert successes(client, "face_gpu") == 1
+        assert success_count(client, "face_gpu", at_least=1) == 1
         # Which device the instance bound and where dlib runs are the backend's own news: the
         # server has no structured signal for them, so the log is what is checked.
         log = server.log_text()
@@ -248,7 +243,7 @@ def test_kind_cpu_instances_never_load_the_cuda_driver(suite_env, tmp_path, phot
         for name in ("obama.jpg", "biden.jpg"):
             [doc] = infer_encoded(client, [photos.bytes(name)])
             assert_person(doc, name.removesuffix(".jpg"), DLIB)
-        assert successes(client, "face") == 2
+        assert success_count(client, "face", at_least=2) == 2
     # Where the engine runs is the backend's own news (no structured signal): its log line.
     log = server.log_text()
     # A CUDA-built dlib (Dockerfile.build) says its networks use GPU 0 anyway.
