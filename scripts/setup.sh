@@ -51,7 +51,8 @@ mkdir -p "$LOGS"
 
 # nginx and postgresql-15: the fleet recipe (deploy/kubernetes) — its router config is
 # checked with `nginx -t` and routed through by tests/test_deploy.py; PostgreSQL for the gallery.
-APT_PACKAGES=(libclang-dev clang libopencv-dev libdlib-dev libopenblas-dev pkg-config python3-venv
+APT_PACKAGES=(libclang-dev clang libopencv-dev libturbojpeg0-dev libdlib-dev libopenblas-dev pkg-config
+    python3-venv
     nginx postgresql-15)
 
 T0=$SECONDS

@@ -1,5 +1,6 @@
-//! From what a client sends to a `Frame`: encoded bytes decoded by OpenCV, or
-//! raw pixels checked and converted to RGB. Limits are enforced before any
+//! From what a client sends to a `Frame`: encoded bytes decoded (JPEG by
+//! libjpeg-turbo directly, see jpeg.rs; the rest by OpenCV), or raw pixels
+//! checked and converted to RGB. Limits are enforced before any
 //! large allocation: an encoded image's size is read from its header first.
 
 use opencv::core::{Mat, Vector};
@@ -77,6 +78,10 @@ pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<F
     // Refuse oversized images before decoding allocates them.
     if let Ok(size) = imagesize::blob_size(bytes) {
         check_pixels(what, size.width as u64, size.height as u64, max_pixels)?;
+    }
+    if let Some(frame) = super::jpeg::decode_rgb(bytes, |w, h| check_pixels(what, w, h, max_pixels))
+    {
+        return frame;
     }
     let buf = Vector::<u8>::from_slice(bytes);
     let bgr = imgcodecs::imdecode(&buf, imgcodecs::IMREAD_COLOR)

@@ -4,6 +4,7 @@
 
 pub mod align;
 pub mod image;
+mod jpeg;
 
 /// An image ready for an engine: interleaved 8-bit RGB, row-major.
 #[derive(Clone, Debug)]
