@@ -28,7 +28,7 @@ import re
 
 # Criterion benchmarks (GROUP/NAME) in the in-process table, with the engine.
 BENCHES = {
-    "engine/decode": "JPEG -> RGB (OpenCV)",
+    "engine/decode": "JPEG -> RGB (libjpeg-turbo)",
     "engine/analyze": "dlib HOG + 5 landmarks + ResNet",
     "engine/decode+analyze": "dlib, as one ENCODED request",
     "onnx/analyze": "onnx (onnxruntime) UltraFace + 68 lm + 512-d",
