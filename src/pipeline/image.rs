@@ -83,6 +83,11 @@ pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<F
     {
         return frame;
     }
+    opencv_decode(what, bytes, max_pixels)
+}
+
+/// What OpenCV's imdecode makes of `bytes` (EXIF orientation applied), as RGB.
+pub(super) fn opencv_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
     let buf = Vector::<u8>::from_slice(bytes);
     let bgr = imgcodecs::imdecode(&buf, imgcodecs::IMREAD_COLOR)
         .map_err(|e| Error::invalid(format!("{what}: cannot decode image: {}", e.message)))?;

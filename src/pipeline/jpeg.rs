@@ -61,21 +61,8 @@ fn needs_rotation(bytes: &[u8]) -> bool {
 mod tests {
     use std::path::Path;
 
-    use opencv::core::{Mat, Vector};
-    use opencv::prelude::*;
-    use opencv::{imgcodecs, imgproc};
-
     use super::*;
-    use crate::pipeline::image::{encode_jpeg, frame_from_encoded};
-
-    /// What OpenCV's imdecode makes of `bytes`, as RGB.
-    fn opencv_rgb(bytes: &[u8]) -> (i32, i32, Vec<u8>) {
-        let bgr =
-            imgcodecs::imdecode(&Vector::<u8>::from_slice(bytes), imgcodecs::IMREAD_COLOR).unwrap();
-        let mut rgb = Mat::default();
-        imgproc::cvt_color(&bgr, &mut rgb, imgproc::COLOR_BGR2RGB, 0).unwrap();
-        (rgb.cols(), rgb.rows(), rgb.data_bytes().unwrap().to_vec())
-    }
+    use crate::pipeline::image::{encode_jpeg, frame_from_encoded, opencv_decode};
 
     fn any_size(_: u64, _: u64) -> Result<()> {
         Ok(())
@@ -99,15 +86,15 @@ mod tests {
             let frame = decode_rgb(&bytes, any_size)
                 .unwrap_or_else(|| panic!("{} left to OpenCV", path.display()))
                 .unwrap();
-            let (w, h, rgb) = opencv_rgb(&bytes);
+            let opencv = opencv_decode("photo", &bytes, u64::MAX).unwrap();
             assert_eq!(
-                (frame.width as i32, frame.height as i32),
-                (w, h),
+                (frame.width, frame.height),
+                (opencv.width, opencv.height),
                 "{}",
                 path.display()
             );
             assert!(
-                frame.rgb == rgb,
+                frame.rgb == opencv.rgb,
                 "{}: pixels differ from OpenCV's",
                 path.display()
             );

@@ -10,7 +10,7 @@ use ::postgres::Client;
 
 use super::read::{self, ReadError, Scope};
 use super::target::{why, Target};
-use super::{read_error, CHANNEL};
+use super::{db_error, read_error, CHANNEL};
 use crate::error::{Error, Result};
 use crate::gallery::store::{Changes, Follower};
 
@@ -78,11 +78,7 @@ impl PgFollower {
     }
 
     fn db(&self, e: ::postgres::Error) -> Error {
-        Error::unavailable(format!(
-            "gallery store postgres {}: {}",
-            self.target.shown(),
-            why(&e)
-        ))
+        db_error(self.target.shown(), e)
     }
 }
 

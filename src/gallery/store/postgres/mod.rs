@@ -71,7 +71,7 @@ impl PostgresStore {
             ))
         })?;
         schema::migrate(&mut client).map_err(|e| e.into_error(target.shown()))?;
-        let db = |e: ::postgres::Error| db_error(&target, e);
+        let db = |e: ::postgres::Error| db_error(target.shown(), e);
         let gallery_id = row_id(
             &mut client,
             "INSERT INTO triton_face.galleries (name) VALUES ($1) ON CONFLICT (name) DO NOTHING",
@@ -119,7 +119,7 @@ impl PostgresStore {
     }
 
     fn db(&self, e: ::postgres::Error) -> Error {
-        db_error(&self.target, e)
+        db_error(self.target.shown(), e)
     }
 
     /// Run `body` as one change: take the gallery's next change number, run
@@ -204,12 +204,9 @@ fn broken(e: &::postgres::Error) -> bool {
     }
 }
 
-fn db_error(target: &Target, e: ::postgres::Error) -> Error {
-    Error::unavailable(format!(
-        "gallery store postgres {}: {}",
-        target.shown(),
-        why(&e)
-    ))
+/// A database error as the answer and the log show it: where, and the server's own words.
+pub(super) fn db_error(shown: &str, e: ::postgres::Error) -> Error {
+    Error::unavailable(format!("gallery store postgres {shown}: {}", why(&e)))
 }
 
 /// The id of a row found by `select`, inserted by `insert` first if missing
@@ -332,9 +329,7 @@ fn forget_one(
 
 pub(super) fn read_error(shown: &str, e: ReadError) -> Error {
     match e {
-        ReadError::Db(e) => {
-            Error::unavailable(format!("gallery store postgres {shown}: {}", why(&e)))
-        }
+        ReadError::Db(e) => db_error(shown, e),
         ReadError::BadRow(what) => {
             Error::unavailable(format!("gallery store postgres {shown}: {what}"))
         }
