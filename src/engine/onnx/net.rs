@@ -156,12 +156,62 @@ impl RuntimeChoice {
     }
 }
 
+/// A float32 tensor as both runtimes take and give it: row-major values and
+/// their shape, in plain `Vec`s. Pixels are written straight into `data`
+/// and outputs read as slices: walking a dynamic-rank array view element by
+/// element cost 0.9 ms per detector input, a quarter of the detector's run.
+pub(super) struct Blob {
+    pub(super) shape: Vec<usize>,
+    pub(super) data: Vec<f32>,
+}
+
+impl Blob {
+    pub(super) fn zeros(shape: &[usize]) -> Self {
+        Blob {
+            shape: shape.to_vec(),
+            data: vec![0.0; shape.iter().product()],
+        }
+    }
+
+    /// Output `index` of a run, as a slice.
+    pub(super) fn output(outputs: &[Blob], index: usize) -> Result<&[f32]> {
+        outputs
+            .get(index)
+            .map(|b| b.data.as_slice())
+            .ok_or_else(|| Error::internal(format!("model has no output {index}")))
+    }
+
+    fn into_tract(self) -> Result<Tensor> {
+        tract_ndarray::ArrayD::from_shape_vec(self.shape, self.data)
+            .map(IntoTensor::into_tensor)
+            .map_err(|e| Error::internal(format!("input tensor: {e}")))
+    }
+
+    fn from_tract(value: &TValue, index: usize) -> Result<Self> {
+        let view = value
+            .to_plain_array_view::<f32>()
+            .map_err(|e| Error::internal(format!("output {index} is not f32: {e}")))?;
+        Ok(Blob {
+            shape: view.shape().to_vec(),
+            data: match view.as_slice() {
+                Some(values) => values.to_vec(),
+                None => view.iter().copied().collect(),
+            },
+        })
+    }
+}
+
 impl Net {
-    pub(super) fn run(&self, input: Tensor) -> Result<TVec<TValue>> {
+    pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
         match &self.runner {
-            Runner::Tract(plan) => plan
-                .run(tvec!(input.into_tvalue()))
-                .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}"))),
+            Runner::Tract(plan) => {
+                let outputs = plan
+                    .run(tvec!(input.into_tract()?.into_tvalue()))
+                    .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}")))?;
+                (outputs.iter().enumerate())
+                    .map(|(i, v)| Blob::from_tract(v, i))
+                    .collect()
+            }
             Runner::Ort(net) => net.run(input),
         }
     }
@@ -182,23 +232,19 @@ pub fn run_model(
         &RuntimeChoice::Tract,
         Hygiene::default(),
     )?;
-    let tensor = Tensor::from_shape(shape, input).map_err(|e| Error::invalid(e.to_string()))?;
-    let outputs = net.run(tensor)?;
-    (0..outputs.len())
-        .map(|i| {
-            let v = view(&outputs, i)?;
-            Ok((v.shape().to_vec(), v.iter().copied().collect()))
-        })
-        .collect()
-}
-
-pub(super) fn view<'a>(
-    outputs: &'a TVec<TValue>,
-    index: usize,
-) -> Result<tract_ndarray::ArrayViewD<'a, f32>> {
-    outputs
-        .get(index)
-        .ok_or_else(|| Error::internal(format!("model has no output {index}")))?
-        .to_plain_array_view::<f32>()
-        .map_err(|e| Error::internal(format!("output {index} is not f32: {e}")))
+    if input.len() != shape.iter().product::<usize>() {
+        return Err(Error::invalid(format!(
+            "{} values do not fill shape {shape:?}",
+            input.len()
+        )));
+    }
+    let input = Blob {
+        shape: shape.to_vec(),
+        data: input.to_vec(),
+    };
+    Ok(net
+        .run(input)?
+        .into_iter()
+        .map(|b| (b.shape, b.data))
+        .collect())
 }

@@ -11,8 +11,8 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::builder::SessionBuilder;
 use ort::session::Session;
 use ort::value::Tensor as OrtTensor;
-use tract_onnx::prelude::{tvec, IntoTValue, TValue, TVec, Tensor};
 
+use super::net::Blob;
 use crate::error::{Error, Result};
 
 /// The oldest onnxruntime this build accepts (`ort`'s `api-17` feature).
@@ -111,29 +111,24 @@ impl OrtNet {
         })
     }
 
-    /// Run on one f32 input; the outputs as tract tensors, so the pipeline
-    /// reads both runtimes the same way.
-    pub fn run(&self, input: Tensor) -> Result<TVec<TValue>> {
+    /// Run on one f32 input; the input's values move into onnxruntime's
+    /// tensor and each output is copied out once.
+    pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
         let fail = |e: ort::Error| Error::internal(format!("onnxruntime inference failed: {e}"));
-        let shape: Vec<i64> = input.shape().iter().map(|&d| d as i64).collect();
-        let data: Vec<f32> = input
-            .to_plain_array_view::<f32>()
-            .map_err(|e| Error::internal(e.to_string()))?
-            .iter()
-            .copied()
-            .collect();
-        let value = OrtTensor::from_array((shape, data)).map_err(fail)?;
+        let shape: Vec<i64> = input.shape.iter().map(|&d| d as i64).collect();
+        let value = OrtTensor::from_array((shape, input.data)).map_err(fail)?;
         let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
         let outputs = session.run(ort::inputs![value]).map_err(fail)?;
-        let mut out = tvec![];
-        for (_, value) in outputs.iter() {
-            let (shape, data) = value.try_extract_tensor::<f32>().map_err(fail)?;
-            let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-            let tensor =
-                Tensor::from_shape(&dims, data).map_err(|e| Error::internal(e.to_string()))?;
-            out.push(tensor.into_tvalue());
-        }
-        Ok(out)
+        outputs
+            .iter()
+            .map(|(_, value)| {
+                let (shape, data) = value.try_extract_tensor::<f32>().map_err(fail)?;
+                Ok(Blob {
+                    shape: shape.iter().map(|&d| d.max(0) as usize).collect(),
+                    data: data.to_vec(),
+                })
+            })
+            .collect()
     }
 }
 
