@@ -126,7 +126,7 @@ mod tests {
             mean: 10.0,
             scale: 0.5,
         };
-        let rgb = to_input(&[image.clone()], norm).unwrap();
+        let rgb = to_input(std::slice::from_ref(&image), norm).unwrap();
         assert_eq!(rgb.shape, vec![1, 3, 1, 2]);
         assert_eq!(rgb.data, vec![0.0, 15.0, 5.0, 20.0, 10.0, 25.0]);
         let bgr = to_input(&[image], Normalize { rgb: false, ..norm }).unwrap();
