@@ -488,8 +488,9 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "rewrite_prelu",
         kind: Kind::Bool,
         default: Default::Value("true"),
-        meaning: "at load, compute each PRelu as `Relu(x) + Min(x, 0) * slope` (exact; faster \
-                  in both runtimes); `false` keeps the model's PRelu nodes",
+        meaning: "at load, compute each PRelu as `Relu(x) + Min(x, 0) * slope`, or on \
+                  onnxruntime (CPU) after a convolution as two depthwise 1x1 convolutions \
+                  (exact; faster in both runtimes); `false` keeps the model's PRelu nodes",
         section: Section::Onnx,
         apply: |d, v| flag(v).map(|b| d.settings.onnx.hygiene.rewrite_prelu = b),
     },

@@ -7,7 +7,7 @@ use tract_onnx::prelude::*;
 
 use prost::Message;
 
-use super::hygiene::{self, Hygiene, Report};
+use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
 use super::settings::{OnnxSettings, Runtime};
 use crate::error::{Error, Result};
@@ -68,7 +68,7 @@ pub(super) fn load_net(
             ..Report::default()
         }
     } else {
-        hygiene::clean(&mut proto, hygiene)
+        hygiene::clean(&mut proto, hygiene, runtime.prelu_form())
     };
     let dir = path.parent().and_then(Path::to_str);
     let parsed = onnx.parse(&proto, dir).map_err(fail)?;
@@ -144,6 +144,17 @@ pub(super) enum RuntimeChoice {
 }
 
 impl RuntimeChoice {
+    /// onnxruntime on the CPU runs convolutions in its blocked layout, so
+    /// PRelu is best rewritten as convolutions there (hygiene.rs).
+    fn prelu_form(&self) -> PreluForm {
+        match self {
+            RuntimeChoice::Ort {
+                cuda_device: None, ..
+            } => PreluForm::Convolutions,
+            _ => PreluForm::Elementwise,
+        }
+    }
+
     pub(super) fn of(settings: &OnnxSettings) -> Result<Self> {
         Ok(match settings.runtime {
             Runtime::Tract => RuntimeChoice::Tract,
