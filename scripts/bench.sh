@@ -32,7 +32,9 @@
 # comparison models).
 # Environment:
 #   BENCH_PROTOCOL=http|grpc       perf_analyzer protocol (default http)
-#   BENCH_WINDOW_MS=4000           perf_analyzer measurement window
+#   BENCH_WINDOW_MS=4000           perf_analyzer measurement window (the
+#                                  closed-loop runs: split over the rounds)
+#   BENCH_ROUNDS=3                 rounds of the closed-loop runs, interleaved
 #   BENCH_SEQUENCE_RATE=8          requests/s of the sequence run; keep it below
 #                                  what the machine sustains (2 cores: ~16/s)
 #   BENCH_SEQUENCES=4              concurrent sequences at that rate
@@ -62,6 +64,7 @@ case "$PROTOCOL" in
     *) die "BENCH_PROTOCOL must be http or grpc, not $PROTOCOL" ;;
 esac
 WINDOW_MS="${BENCH_WINDOW_MS:-4000}"
+ROUNDS="${BENCH_ROUNDS:-3}"
 SEQ_RATE="${BENCH_SEQUENCE_RATE:-8}"
 SEQ_COUNT="${BENCH_SEQUENCES:-4}"
 SEQ_LENGTH="${BENCH_SEQUENCE_LENGTH:-10}"
@@ -74,9 +77,11 @@ esac
 if [ -n "$LIBRARY" ]; then
     LIBRARY="$(realpath -e "$LIBRARY")" || die "BENCH_LIBRARY: $BENCH_LIBRARY not found"
 fi
-for v in WINDOW_MS SEQ_COUNT SEQ_LENGTH; do
+for v in WINDOW_MS ROUNDS SEQ_COUNT SEQ_LENGTH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not ${!v}"
 done
+[ $((WINDOW_MS / ROUNDS)) -ge 500 ] ||
+    die "BENCH_WINDOW_MS / BENCH_ROUNDS must be at least 500 ms, not $((WINDOW_MS / ROUNDS))"
 if [[ ! "$SEQ_RATE" =~ ^[0-9]*\.?[0-9]+$ || "$SEQ_RATE" =~ ^[0.]+$ ]]; then
     die "BENCH_SEQUENCE_RATE must be a positive number, not $SEQ_RATE"
 fi
@@ -239,16 +244,15 @@ LOAD_SERVER="$(cut -d' ' -f1 /proc/loadavg)"
 rm -f "$OUT"/bench-*.csv
 report_args=()
 
-# perf MODEL VARIANT RUN "WHAT" PERF_ANALYZER_ARGS...: one perf_analyzer run
-# into out/bench-MODEL-RUN.{csv,log}, added to the report.
-perf() {
-    local model=$1 variant=$2 run=$3 what=$4 name
-    shift 4
-    name="bench-$model-$run"
-    log "perf_analyzer: $model $variant, $what, 3 x $WINDOW_MS ms each (log: out/$name.log)"
+# measure MODEL VARIANT NAME WINDOW_MS "WHAT" PERF_ANALYZER_ARGS...: one
+# perf_analyzer run of 3 windows into out/NAME.{csv,log}.
+measure() {
+    local model=$1 variant=$2 name=$3 window=$4 what=$5
+    shift 5
+    log "perf_analyzer: $model $variant, $what, 3 x $window ms each (log: out/$name.log)"
     if ! "$PERF_ANALYZER" -m "$model" -u "$URL" -i "$PROTOCOL" -v \
         --input-data "$WORK/$model-$variant.json" --warmup-request-count 4 \
-        --measurement-interval "$WINDOW_MS" --max-trials 3 --stability-percentage 1000 \
+        --measurement-interval "$window" --max-trials 3 --stability-percentage 1000 \
         -f "$OUT/$name.csv" "$@" >"$OUT/$name.log" 2>&1; then
         tail -n 20 "$OUT/$name.log" | sed 's/^/    /' >&2
         if grep -q "failed to find the requested model version" "$OUT/$name.log"; then
@@ -256,16 +260,48 @@ perf() {
         fi
         die "perf_analyzer failed ($model $variant, $what)"
     fi
-    report_args+=(--server "$model:${variant^^}=$OUT/$name.csv:${BENCH_OF[$model/$variant]}")
 }
 
+# perf MODEL VARIANT RUN "WHAT" PERF_ANALYZER_ARGS...: one perf_analyzer run
+# into out/bench-MODEL-RUN.{csv,log}, added to the report.
+perf() {
+    local model=$1 variant=$2 run=$3 what=$4
+    shift 4
+    measure "$model" "$variant" "bench-$model-$run" "$WINDOW_MS" "$what" "$@"
+    report_args+=(--server "$model:${variant^^}=$OUT/bench-$model-$run.csv:${BENCH_OF[$model/$variant]}")
+}
+
+# The closed-loop runs (concurrency 1 and 2) in ROUNDS rounds of 3 windows of
+# WINDOW_MS / ROUNDS, the models in serpentine order (forward, then backward):
+# this machine speeds up and slows down by 15% over minutes, and measured one
+# model after another that drift went into the A/B ratios. Interleaved, it
+# falls on every model alike; the report averages each model's rounds.
+RUNS=()
 for model in face face_onnx; do
-    for variant in encoded image; do
-        perf "$model" "$variant" "$variant" "concurrency 1 and 2" --concurrency-range 1:2
-    done
+    RUNS+=("$model/encoded" "$model/image")
 done
 for model in "${COMPARED[@]}"; do
-    perf "$model" encoded encoded "concurrency 1 and 2" --concurrency-range 1:2
+    RUNS+=("$model/encoded")
+done
+declare -A ROUND_CSVS=()
+for round in $(seq 1 "$ROUNDS"); do
+    order=("${RUNS[@]}")
+    if [ $((round % 2)) = 0 ]; then
+        for ((i = 0; i < ${#RUNS[@]}; i++)); do
+            order[i]="${RUNS[${#RUNS[@]} - 1 - i]}"
+        done
+    fi
+    for run in "${order[@]}"; do
+        model="${run%/*}" variant="${run#*/}"
+        name="bench-$model-$variant-r$round"
+        measure "$model" "$variant" "$name" "$((WINDOW_MS / ROUNDS))" \
+            "round $round of $ROUNDS, concurrency 1 and 2" --concurrency-range 1:2
+        ROUND_CSVS[$run]+="${ROUND_CSVS[$run]:+,}$OUT/$name.csv"
+    done
+done
+for run in "${RUNS[@]}"; do
+    variant="${run#*/}"
+    report_args+=(--server "${run%/*}:${variant^^}=${ROUND_CSVS[$run]}:${BENCH_OF[$run]}")
 done
 SEQ_ARGS=(--sequence-length "$SEQ_LENGTH" --sequence-length-variation 0)
 perf face_sequence encoded rate \
@@ -282,7 +318,8 @@ print(next((l.split()[-1] for l in text.splitlines()
     "$METRICS_PORT")" || LIVE="?"
 stop_server
 
-title="triton-face bench: $(basename "$PHOTO"), $PROTOCOL, 3 x $WINDOW_MS ms per load level"
+title="triton-face bench: $(basename "$PHOTO"), $PROTOCOL, $ROUNDS interleaved rounds x 3 x"
+title+=" $((WINDOW_MS / ROUNDS)) ms per load level (sequences: 3 x $WINDOW_MS ms)"
 load="1-min load average before: in-process bench $LOAD_ENGINE, server bench $LOAD_SERVER"
 seq="face_sequence: sequences of $SEQ_LENGTH frames; rate row: $SEQ_COUNT concurrent"
 seq+=" sequences; live sequences left after the runs: $LIVE."

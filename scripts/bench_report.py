@@ -8,9 +8,12 @@ in-process estimates (cargo bench --bench engine), with their ratios.
                   --ratio face_onnx:ENCODED/face_onnx_py_expert:ENCODED \
                   --criterion target/criterion --out out/bench.txt
 
-Each --server is MODEL:INPUT=CSV:BENCH: the model and input perf_analyzer
-sent, its `-f` CSV, and the in-process benchmark (criterion GROUP/NAME) doing
-the same work per image, or `-` for none. A CSV's rows are load levels:
+Each --server is MODEL:INPUT=CSV[,CSV...]:BENCH: the model and input
+perf_analyzer sent, its `-f` CSVs, and the in-process benchmark (criterion
+GROUP/NAME) doing the same work per image, or `-` for none. Several CSVs are
+rounds of the same measurement (make bench interleaves the models' rounds so
+that the machine's drift over the run falls on every model alike): each
+column is their mean, load level by load level. A CSV's rows are load levels:
 "Concurrency" (closed loop) or "Request Rate" (open loop, requests/s). If the
 run's -v output is next to the CSV as .log, the batch sizes the server's
 batcher formed are read from it. Without --criterion (no in-process run) the
@@ -60,33 +63,64 @@ def load_column(path, rows):
     raise SystemExit(f"{path}: neither of {', '.join(LOAD_COLUMNS)} in {list(rows[0])}")
 
 
-def perf_rows(path):
+def perf_rows(paths):
     """perf_analyzer -f CSV rows by increasing load, and the load column;
-    latencies in us."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise SystemExit(f"{path}: no measurements")
-    column = load_column(path, rows)
-    return sorted(rows, key=lambda r: float(r[column])), column
+    latencies in us. `paths`: comma-separated rounds, averaged per level."""
+    rounds = []
+    for path in paths.split(","):
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            raise SystemExit(f"{path}: no measurements")
+        rounds.append((rows, load_column(path, rows)))
+    column = rounds[0][1]
+    if any(c != column for _, c in rounds):
+        raise SystemExit(f"{paths}: rounds of different load kinds")
+    levels = {}
+    for rows, _ in rounds:
+        for row in rows:
+            levels.setdefault(float(row[column]), []).append(row)
+    if any(len(same) != len(rounds) for same in levels.values()):
+        raise SystemExit(f"{paths}: rounds measured different load levels")
+    merged = [mean_row(same, column) for _, same in sorted(levels.items())]
+    return merged, column
 
 
-def avg_batch(csv_path, load):
-    """Inference count / execution count at one load level, from the run's
-    -v output next to the CSV (.log), or '-'."""
-    try:
-        with open(os.path.splitext(csv_path)[0] + ".log") as f:
-            text = f.read()
-    except OSError:
-        return "-"
-    # "Request concurrency: 2" or "Request Rate: 8 inference requests per seconds"
-    sections = re.split(r"^Request (?:concurrency|Rate): ([0-9.]+).*$", text, flags=re.M)
-    counts = None
-    for level, body in zip(sections[1::2], sections[2::2]):
-        m = re.search(r"Inference count: (\d+)\s+Execution count: (\d+)", body)
-        if float(level) == float(load) and m:
-            counts = int(m[1]), int(m[2])
-    return f"{counts[0] / counts[1]:.2f}" if counts and counts[1] else "-"
+def mean_row(rows, column):
+    """One row whose numeric columns are the mean of `rows` (the load column
+    kept as written)."""
+    out = dict(rows[0])
+    for key in out:
+        if key == column:
+            continue
+        try:
+            out[key] = str(sum(float(r[key]) for r in rows) / len(rows))
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+def avg_batch(csv_paths, load):
+    """Inference count / execution count at one load level, from the runs'
+    -v output next to their CSVs (.log), or '-'."""
+    inferences = executions = 0
+    for csv_path in csv_paths.split(","):
+        try:
+            with open(os.path.splitext(csv_path)[0] + ".log") as f:
+                text = f.read()
+        except OSError:
+            return "-"
+        # "Request concurrency: 2" or "Request Rate: 8 inference requests per seconds"
+        sections = re.split(r"^Request (?:concurrency|Rate): ([0-9.]+).*$", text, flags=re.M)
+        counts = None
+        for level, body in zip(sections[1::2], sections[2::2]):
+            m = re.search(r"Inference count: (\d+)\s+Execution count: (\d+)", body)
+            if float(level) == float(load) and m:
+                counts = int(m[1]), int(m[2])
+        if counts is None:
+            return "-"
+        inferences, executions = inferences + counts[0], executions + counts[1]
+    return f"{inferences / executions:.2f}" if executions else "-"
 
 
 def ms(row, *columns):
@@ -101,7 +135,7 @@ def parse_spec(spec):
         model, label = left.split(":", 1)
         path, bench = right.rsplit(":", 1)
     except ValueError:
-        raise SystemExit(f"--server {spec!r}: expected MODEL:INPUT=CSV:BENCH") from None
+        raise SystemExit(f"--server {spec!r}: expected MODEL:INPUT=CSV[,CSV...]:BENCH") from None
     if bench != "-" and bench not in BENCHES:
         raise SystemExit(f"--server {spec!r}: unknown benchmark {bench!r}; "
                          f"known: {', '.join(BENCHES)}")
@@ -158,7 +192,8 @@ def table(header, rows, left=1):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", action="append", default=[], metavar="MODEL:INPUT=CSV:BENCH")
+    ap.add_argument("--server", action="append", default=[],
+                    metavar="MODEL:INPUT=CSV[,CSV...]:BENCH")
     ap.add_argument("--ratio", action="append", default=[], metavar="MODEL:INPUT/MODEL:INPUT",
                     help="compare two --server runs (A/B)")
     ap.add_argument("--criterion",
