@@ -28,13 +28,15 @@
 #      compared with a reference; a two-frame sequence is checked first;
 #   5. prints the table (scripts/bench_report.py), with the ratios Rust / Python
 #      backend, and writes it to out/bench.txt.
-# Logs and CSVs: out/bench-*. Takes about 6 minutes on 2 cores (3.5 without the
+# Logs and CSVs: out/bench-*. Takes about 7 minutes on 2 cores (4 without the
 # comparison models).
 # Environment:
 #   BENCH_PROTOCOL=http|grpc       perf_analyzer protocol (default http)
 #   BENCH_WINDOW_MS=4000           perf_analyzer measurement window (the
 #                                  closed-loop runs: split over the rounds)
-#   BENCH_ROUNDS=3                 rounds of the closed-loop runs, interleaved
+#   BENCH_ROUNDS=4                 rounds of the closed-loop runs, interleaved
+#                                  (even: every model then has the same mean
+#                                  position in the run)
 #   BENCH_SEQUENCE_RATE=8          requests/s of the sequence run; keep it below
 #                                  what the machine sustains (2 cores: ~16/s)
 #   BENCH_SEQUENCES=4              concurrent sequences at that rate
@@ -64,7 +66,7 @@ case "$PROTOCOL" in
     *) die "BENCH_PROTOCOL must be http or grpc, not $PROTOCOL" ;;
 esac
 WINDOW_MS="${BENCH_WINDOW_MS:-4000}"
-ROUNDS="${BENCH_ROUNDS:-3}"
+ROUNDS="${BENCH_ROUNDS:-4}"
 SEQ_RATE="${BENCH_SEQUENCE_RATE:-8}"
 SEQ_COUNT="${BENCH_SEQUENCES:-4}"
 SEQ_LENGTH="${BENCH_SEQUENCE_LENGTH:-10}"
@@ -80,6 +82,7 @@ fi
 for v in WINDOW_MS ROUNDS SEQ_COUNT SEQ_LENGTH; do
     [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not ${!v}"
 done
+[ $((ROUNDS % 2)) = 0 ] || die "BENCH_ROUNDS must be even (forward and backward rounds), not $ROUNDS"
 [ $((WINDOW_MS / ROUNDS)) -ge 500 ] ||
     die "BENCH_WINDOW_MS / BENCH_ROUNDS must be at least 500 ms, not $((WINDOW_MS / ROUNDS))"
 if [[ ! "$SEQ_RATE" =~ ^[0-9]*\.?[0-9]+$ || "$SEQ_RATE" =~ ^[0.]+$ ]]; then
@@ -271,8 +274,9 @@ perf() {
     report_args+=(--server "$model:${variant^^}=$OUT/bench-$model-$run.csv:${BENCH_OF[$model/$variant]}")
 }
 
-# The closed-loop runs (concurrency 1 and 2) in ROUNDS rounds of 3 windows of
-# WINDOW_MS / ROUNDS, the models in serpentine order (forward, then backward):
+# The closed-loop runs (concurrency 1 and 2) in ROUNDS (even) rounds of 3
+# windows of WINDOW_MS / ROUNDS, the models in serpentine order (forward, then
+# backward, so each model's mean position in the run is the same):
 # this machine speeds up and slows down by 15% over minutes, and measured one
 # model after another that drift went into the A/B ratios. Interleaved, it
 # falls on every model alike; the report averages each model's rounds.

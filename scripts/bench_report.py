@@ -13,7 +13,8 @@ perf_analyzer sent, its `-f` CSVs, and the in-process benchmark (criterion
 GROUP/NAME) doing the same work per image, or `-` for none. Several CSVs are
 rounds of the same measurement (make bench interleaves the models' rounds so
 that the machine's drift over the run falls on every model alike): each
-column is their mean, load level by load level. A CSV's rows are load levels:
+column is their mean, load level by load level (so p50 and p99 are means of
+the rounds' percentiles, not percentiles of all requests). A CSV's rows are load levels:
 "Concurrency" (closed loop) or "Request Rate" (open loop, requests/s). If the
 run's -v output is next to the CSV as .log, the batch sizes the server's
 batcher formed are read from it. Without --criterion (no in-process run) the

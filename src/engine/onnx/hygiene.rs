@@ -146,7 +146,7 @@ fn zero_tiny_in_tensor(t: &mut TensorProto) -> usize {
         changed += 1;
     }
     for bytes in t.raw_data.chunks_exact_mut(4) {
-        let v = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let v = le_f32(bytes);
         if tiny(v) {
             bytes.copy_from_slice(&0f32.to_le_bytes());
             changed += 1;
@@ -156,7 +156,12 @@ fn zero_tiny_in_tensor(t: &mut TensorProto) -> usize {
 }
 
 fn is_prelu(node: &NodeProto) -> bool {
-    node.op_type == "PRelu" && (node.domain.is_empty() || node.domain == "ai.onnx")
+    is_op(node, "PRelu")
+}
+
+/// Whether `node` is operator `op` of the default operator set.
+fn is_op(node: &NodeProto, op: &str) -> bool {
+    node.op_type == op && (node.domain.is_empty() || node.domain == "ai.onnx")
 }
 
 /// Replace every PRelu(x, slope) -> y, in place so the node order stays
@@ -177,8 +182,8 @@ fn rewrite_prelu(graph: &mut GraphProto, form: PreluForm) -> (usize, usize) {
             PreluForm::Elementwise => None,
         })
         .collect();
-    let mut nodes = vec![constant(&zero, &[], &[0.0])];
-    let (mut count, mut as_conv) = (0, 0);
+    let mut nodes = Vec::with_capacity(graph.node.len());
+    let (mut count, mut moved_slopes) = (0, Vec::new());
     for (node, slope) in std::mem::take(&mut graph.node).into_iter().zip(slopes) {
         if !(is_prelu(&node) && node.input.len() == 2 && node.output.len() == 1) {
             nodes.push(node);
@@ -188,33 +193,39 @@ fn rewrite_prelu(graph: &mut GraphProto, form: PreluForm) -> (usize, usize) {
         match slope {
             Some(slope) => {
                 nodes.extend(prelu_as_convs(&node, &slope, &mut names));
-                as_conv += 1;
+                moved_slopes.push(node.input[1].clone());
             }
             None => nodes.extend(prelu_as_relu_min(&node, &zero, &mut names)),
         }
     }
+    if count > moved_slopes.len() {
+        nodes.insert(0, constant(&zero, &[], &[0.0]));
+    }
     graph.node = nodes;
-    drop_unused_initializers(graph);
-    (count, as_conv)
+    drop_unread_initializers(graph, &moved_slopes);
+    (count, moved_slopes.len())
 }
 
-/// Remove the initializers no node reads any more (slopes now held by the
-/// rewrite's own constants), unless they are also graph inputs.
-fn drop_unused_initializers(graph: &mut GraphProto) {
-    let used: HashSet<&String> = graph
+/// Remove the `candidates` (slopes the rewrite copied into its own
+/// constants) from the initializers when nothing reads them any more. Not
+/// when a node has a subgraph: its body may read them by name.
+fn drop_unread_initializers(graph: &mut GraphProto, candidates: &[String]) {
+    let has_subgraph = graph
         .node
         .iter()
-        .flat_map(|n| &n.input)
+        .flat_map(|n| &n.attribute)
+        .any(|a| a.g.is_some() || !a.graphs.is_empty());
+    if has_subgraph {
+        return;
+    }
+    let read: HashSet<String> = (graph.node.iter().flat_map(|n| n.input.iter()))
         .chain(graph.input.iter().map(|v| &v.name))
         .chain(graph.output.iter().map(|v| &v.name))
+        .cloned()
         .collect();
-    let keep: Vec<bool> = graph
+    graph
         .initializer
-        .iter()
-        .map(|t| used.contains(&t.name))
-        .collect();
-    let mut keep = keep.into_iter();
-    graph.initializer.retain(|_| keep.next().unwrap_or(true));
+        .retain(|t| read.contains(&t.name) || !candidates.contains(&t.name));
 }
 
 /// The names for the nodes that replace one PRelu, from its own.
@@ -296,14 +307,9 @@ fn channel_slope(graph: &GraphProto, prelu: &NodeProto) -> Option<Vec<f32>> {
         .node
         .iter()
         .find(|n| n.output.first() == Some(&prelu.input[0]))?;
-    let weight = graph
-        .initializer
-        .iter()
-        .find(|t| producer.input.get(1) == Some(&t.name))?;
-    let from_conv2d = producer.op_type == "Conv"
-        && producer.domain.is_empty()
-        && weight.dims.len() == 4
-        && weight.dims[0] == channels;
+    let weight = constant_tensor(graph, producer.input.get(1)?)?;
+    let from_conv2d =
+        is_op(producer, "Conv") && weight.dims.len() == 4 && weight.dims[0] == channels;
     let values = floats_of(slope)?;
     (from_conv2d && values.len() == channels as usize).then_some(values)
 }
@@ -332,12 +338,15 @@ fn floats_of(t: &TensorProto) -> Option<Vec<f32>> {
     if !t.float_data.is_empty() {
         return Some(t.float_data.clone());
     }
-    t.raw_data.len().is_multiple_of(4).then(|| {
-        t.raw_data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    })
+    t.raw_data
+        .len()
+        .is_multiple_of(4)
+        .then(|| t.raw_data.chunks_exact(4).map(le_f32).collect())
+}
+
+/// One float of a TensorProto's `raw_data` (little-endian, 4 bytes).
+fn le_f32(bytes: &[u8]) -> f32 {
+    f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
 }
 
 fn ints(name: &str, values: &[i64]) -> AttributeProto {
@@ -429,9 +438,19 @@ mod tests {
         }
     }
 
-    /// x [1,3,2,2] -> PRelu(x, slope [3,1,1]) -> y, at `opset`.
+    /// Height and width of the test models' data.
+    const SIDE: usize = 4;
+
+    /// The NCHW shape of a test input of `len` values.
+    fn shape_of(len: usize) -> [usize; 4] {
+        [1, len / (SIDE * SIDE), SIDE, SIDE]
+    }
+
+    /// x [1,C,4,4] -> PRelu(x, slope [C,1,1]) -> y, at `opset`.
     fn prelu_model(slope: &[f32], opset: i64) -> ModelProto {
-        let dims = [1, 3, 2, 2].map(|d| Dimension {
+        let channels = slope.len() as i64;
+        let side = SIDE as i64;
+        let dims = [1, channels, side, side].map(|d| Dimension {
             value: Some(dimension::Value::DimValue(d)),
             ..Default::default()
         });
@@ -454,7 +473,7 @@ mod tests {
             }],
             graph: Some(GraphProto {
                 node: vec![node("PRelu", &["x", "slope"], "y", "act")],
-                initializer: vec![floats("slope", &[3, 1, 1], slope)],
+                initializer: vec![floats("slope", &[channels, 1, 1], slope)],
                 input: vec![io("x")],
                 output: vec![io("y")],
                 ..Default::default()
@@ -466,7 +485,7 @@ mod tests {
     fn run(model: &ModelProto, x: &[f32]) -> Vec<f32> {
         let m = tract_onnx::onnx().model_for_proto_model(model).unwrap();
         let plan = m.into_optimized().unwrap().into_runnable().unwrap();
-        let input = Tensor::from_shape(&[1, 3, 2, 2], x).unwrap();
+        let input = Tensor::from_shape(&shape_of(x.len()), x).unwrap();
         let out = plan.run(tvec!(input.into_tvalue())).unwrap();
         out[0]
             .to_plain_array_view::<f32>()
@@ -507,7 +526,7 @@ mod tests {
         let raw: Vec<f32> = graph.initializer[1]
             .raw_data
             .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .map(le_f32)
             .collect();
         assert_eq!(raw, vec![0.0, -0.5, 0.0]);
         assert_eq!(
@@ -519,19 +538,24 @@ mod tests {
     #[test]
     fn prelu_rewrite_is_bit_exact() {
         let before = prelu_model(&[0.25, -1.5, 0.0], 9);
+        let x = test_input(3);
         let mut after = before.clone();
         let report = clean(&mut after, Hygiene::default(), PreluForm::Elementwise);
         assert_eq!(report.prelu_rewritten, 1);
         assert_eq!(ops(&after), ["Constant", "Relu", "Min", "Mul", "Add"]);
-        assert_same_outputs(&before, &after, &test_input());
+        assert_same_outputs(&before, &after, &x);
     }
 
-    /// `prelu_model` with a 1x1 Conv (3 -> 3 channels) in front of the PRelu.
+    /// `prelu_model` with a 1x1 Conv (C -> C channels) in front of the PRelu.
     fn conv_prelu_model(slope: &[f32]) -> ModelProto {
         let mut model = prelu_model(slope, 9);
         let graph = model.graph.as_mut().unwrap();
-        let weight = [1.0, 0.5, 0.0, -0.25, 1.0, 0.0, 0.0, 2.0, -1.0];
-        graph.initializer.push(floats("w", &[3, 3, 1, 1], &weight));
+        let c = slope.len();
+        let weight: Vec<f32> = (0..c * c)
+            .map(|k| ((k * 7) % 11) as f32 * 0.1 - 0.5)
+            .collect();
+        let dims = [c as i64, c as i64, 1, 1];
+        graph.initializer.push(floats("w", &dims, &weight));
         graph.node.insert(0, node("Conv", &["x", "w"], "c", "conv"));
         graph.node[1].input[0] = "c".into();
         model
@@ -545,16 +569,11 @@ mod tests {
     /// The same values from `before` and `after`, bit for bit (zeros of
     /// either sign are equal), on tract and on onnxruntime.
     fn assert_same_outputs(before: &ModelProto, after: &ModelProto, x: &[f32]) {
+        let same = |a: &[f32], b: &[f32]| a.len() == x.len() && a == b;
         let (a, b) = (run(before, x), run(after, x));
-        assert!(
-            a.iter().zip(&b).all(|(p, q)| p == q),
-            "tract: {a:?} != {b:?}"
-        );
+        assert!(same(&a, &b), "tract: {a:?} != {b:?}");
         let (a, b) = (run_ort(before, x), run_ort(after, x));
-        assert!(
-            a.iter().zip(&b).all(|(p, q)| p == q),
-            "onnxruntime: {a:?} != {b:?}"
-        );
+        assert!(same(&a, &b), "onnxruntime: {a:?} != {b:?}");
     }
 
     fn run_ort(model: &ModelProto, x: &[f32]) -> Vec<f32> {
@@ -564,38 +583,52 @@ mod tests {
         let library = library_path(None).expect("ORT_DYLIB_PATH (run through scripts/test.sh)");
         let net = OrtNet::load("test", &model.encode_to_vec(), &library, 1, None).unwrap();
         let input = Blob {
-            shape: vec![1, 3, 2, 2],
+            shape: shape_of(x.len()).to_vec(),
             data: x.to_vec(),
         };
         net.run(input).unwrap().remove(0).data
     }
 
-    fn test_input() -> Vec<f32> {
-        let mut x: Vec<f32> = (0..12).map(|i| (i as f32 - 5.5) * 0.37).collect();
+    /// Values of both signs, and zeros of both signs, for `channels`.
+    fn test_input(channels: usize) -> Vec<f32> {
+        let n = channels * SIDE * SIDE;
+        let mut x: Vec<f32> = (0..n)
+            .map(|i| ((i * 13) % 29) as f32 * 0.37 - 5.0)
+            .collect();
         x[0] = 0.0;
         x[1] = -0.0;
         x
     }
 
+    /// Per-channel slopes of both signs and zero.
+    fn slopes(channels: usize) -> Vec<f32> {
+        (0..channels).map(|c| (c as f32 - 10.0) * 0.13).collect()
+    }
+
     #[test]
     fn prelu_after_a_conv_becomes_depthwise_convolutions_bit_exactly() {
-        let before = conv_prelu_model(&[0.25, -1.5, 0.0]);
+        // 32 channels: enough for onnxruntime's blocked layout (blocks of
+        // 8 or 16), where the Relu and the Add fuse into the convolutions.
+        let channels = 32;
+        let x = test_input(channels);
+        let before = conv_prelu_model(&slopes(channels));
         let mut after = before.clone();
         let report = clean(&mut after, Hygiene::default(), PreluForm::Convolutions);
         assert_eq!((report.prelu_rewritten, report.prelu_as_conv), (1, 1));
+        // No elementwise form left, so no zero constant for it.
         let expected = [
-            "Constant", "Conv", "Constant", "Constant", "Relu", "Conv", "Relu", "Conv", "Add",
+            "Conv", "Constant", "Constant", "Relu", "Conv", "Relu", "Conv", "Add",
         ];
         assert_eq!(ops(&after), expected);
         // The slope moved into the rewrite's constants.
         let graph = after.graph.as_ref().unwrap();
         assert!(graph.initializer.iter().all(|t| t.name != "slope"));
-        assert_same_outputs(&before, &after, &test_input());
+        assert_same_outputs(&before, &after, &x);
         // For tract, the elementwise form.
         let mut elementwise = before.clone();
         let report = clean(&mut elementwise, Hygiene::default(), PreluForm::Elementwise);
         assert_eq!((report.prelu_rewritten, report.prelu_as_conv), (1, 0));
-        assert_same_outputs(&before, &elementwise, &test_input());
+        assert_same_outputs(&before, &elementwise, &x);
     }
 
     #[test]

@@ -81,6 +81,11 @@ impl OnnxEngine {
         // One dry run tells the embedding length.
         let probe = Blob::zeros(&[1, embedder.shape[1], embedder.shape[2], embedder.shape[3]]);
         let embedding_len = Blob::output(&embedder.run(probe)?, 0)?.len();
+        if embedding_len == 0 {
+            return Err(Error::unavailable(
+                "embedder_model: its first output is empty (expected the face embedding)",
+            ));
+        }
         Ok(OnnxEngine {
             settings: settings.clone(),
             detector,

@@ -33,16 +33,27 @@ pub(super) fn resize(image: &Mat, w: usize, h: usize) -> Result<Mat> {
 /// RGB images of one size into an NCHW f32 input, channels in the order
 /// `norm` asks for, each value `(v - mean) * scale`.
 pub(super) fn to_input(images: &[Mat], norm: Normalize) -> Result<Blob> {
-    let (w, h) = (images[0].cols() as usize, images[0].rows() as usize);
+    let first = images
+        .first()
+        .ok_or_else(|| Error::internal("no image for a model input"))?;
+    let (w, h) = (first.cols(), first.rows());
+    for img in images {
+        if (img.cols(), img.rows(), img.typ()) != (w, h, opencv::core::CV_8UC3) || w < 1 || h < 1 {
+            return Err(Error::internal(format!(
+                "model input: expected 8-bit RGB images of {w}x{h}, got {}x{} (type {})",
+                img.cols(),
+                img.rows(),
+                img.typ()
+            )));
+        }
+    }
+    let (w, h) = (w as usize, h as usize);
     let plane = w * h;
     let order = if norm.rgb { [0, 1, 2] } else { [2, 1, 0] };
     let value = |v: u8| (v as f32 - norm.mean) * norm.scale;
     let mut input = Blob::zeros(&[images.len(), 3, h, w]);
     for (img, planes) in images.iter().zip(input.data.chunks_exact_mut(3 * plane)) {
         let px = img.data_bytes()?;
-        if px.len() != 3 * plane {
-            return Err(Error::internal("images of one input differ in size"));
-        }
         let (first, rest) = planes.split_at_mut(plane);
         let (second, third) = rest.split_at_mut(plane);
         // Plane by plane over whole pixels: no index arithmetic or bounds
