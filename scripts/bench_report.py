@@ -66,9 +66,9 @@ def load_column(path, rows):
 
 def perf_rows(paths):
     """perf_analyzer -f CSV rows by increasing load, and the load column;
-    latencies in us. `paths`: comma-separated rounds, averaged per level."""
+    latencies in us. `paths`: the rounds' CSVs, averaged per level."""
     rounds = []
-    for path in paths.split(","):
+    for path in paths:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
         if not rows:
@@ -76,13 +76,13 @@ def perf_rows(paths):
         rounds.append((rows, load_column(path, rows)))
     column = rounds[0][1]
     if any(c != column for _, c in rounds):
-        raise SystemExit(f"{paths}: rounds of different load kinds")
+        raise SystemExit(f"{','.join(paths)}: rounds of different load kinds")
     levels = {}
     for rows, _ in rounds:
         for row in rows:
             levels.setdefault(float(row[column]), []).append(row)
     if any(len(same) != len(rounds) for same in levels.values()):
-        raise SystemExit(f"{paths}: rounds measured different load levels")
+        raise SystemExit(f"{','.join(paths)}: rounds measured different load levels")
     merged = [mean_row(same, column) for _, same in sorted(levels.items())]
     return merged, column
 
@@ -105,7 +105,7 @@ def avg_batch(csv_paths, load):
     """Inference count / execution count at one load level, from the runs'
     -v output next to their CSVs (.log), or '-'."""
     inferences = executions = 0
-    for csv_path in csv_paths.split(","):
+    for csv_path in csv_paths:
         try:
             with open(os.path.splitext(csv_path)[0] + ".log") as f:
                 text = f.read()
@@ -130,7 +130,7 @@ def ms(row, *columns):
 
 
 def parse_spec(spec):
-    """MODEL:INPUT=CSV:BENCH -> (model, input, csv, bench)."""
+    """MODEL:INPUT=CSV[,CSV...]:BENCH -> (model, input, [csv, ...], bench)."""
     try:
         left, right = spec.split("=", 1)
         model, label = left.split(":", 1)
@@ -140,13 +140,13 @@ def parse_spec(spec):
     if bench != "-" and bench not in BENCHES:
         raise SystemExit(f"--server {spec!r}: unknown benchmark {bench!r}; "
                          f"known: {', '.join(BENCHES)}")
-    return model, label, path, bench
+    return model, label, path.split(","), bench
 
 
 def server_rows(spec, local_ms):
     """Table rows for one --server spec."""
-    model, label, path, bench = parse_spec(spec)
-    rows, column = perf_rows(path)
+    model, label, paths, bench = parse_spec(spec)
+    rows, column = perf_rows(paths)
     for row in rows:
         ips = float(row["Inferences/Second"])
         level = row[column]
@@ -156,7 +156,7 @@ def server_rows(spec, local_ms):
         ratio = f"{ips * local / 1000:.2f}x" if local and column == "Concurrency" else "-"
         yield [model, label, LOAD_COLUMNS[column].format(level), f"{ips:.2f}", f"{p50:.1f}",
                ms(row, "p99 latency"), ms(row, "Server Queue"), ms(row, *COMPUTE),
-               avg_batch(path, level), ratio, f"{p50 / local:.2f}x" if local else "-", bench]
+               avg_batch(paths, level), ratio, f"{p50 / local:.2f}x" if local else "-", bench]
 
 
 def ratio_rows(spec, csvs):
@@ -214,9 +214,9 @@ def main():
     compared = {}
     csvs = {}
     for spec in args.server:
-        model, label, path, bench = parse_spec(spec)
+        model, label, paths, bench = parse_spec(spec)
         compared.setdefault(bench, []).append(f"{model} {label}")
-        csvs[f"{model}:{label}"] = path
+        csvs[f"{model}:{label}"] = paths
     ratios = [row for spec in args.ratio for row in ratio_rows(spec, csvs)]
     header = SERVER_HEADER if local_ms else SERVER_HEADER[:-2]
     server = [row[:len(header)] for row in server]

@@ -13,8 +13,9 @@
 //!   tract (no blocked layout; the convolutions gave it no steady gain),
 //!   `Min` and `Mul` do it. tract expands a plain PRelu into compare/select.
 //!
-//! Both work on the ONNX protobuf, so tract and onnxruntime run the same
-//! cleaned graph. Each step has a model parameter to turn it off.
+//! Both work on the ONNX protobuf before either runtime parses it; the two
+//! runtimes differ only in the PRelu form (`PreluForm`). Each step has a
+//! model parameter to turn it off.
 
 use std::collections::HashSet;
 
@@ -271,12 +272,7 @@ fn prelu_as_convs(prelu: &NodeProto, slope: &[f32], names: &mut Names) -> Vec<No
     .map(|part| names.fresh(&format!("{base}/{part}")));
     let depthwise = |input: &str, weight: &str, output: &str| {
         let mut conv = node("Conv", &[input, weight], output, output);
-        conv.attribute.push(AttributeProto {
-            name: "group".to_string(),
-            r#type: attribute_proto::AttributeType::Int as i32,
-            i: channels as i64,
-            ..Default::default()
-        });
+        conv.attribute.push(int("group", channels as i64));
         conv.attribute.push(ints("kernel_shape", &[1, 1]));
         conv
     };
@@ -347,6 +343,15 @@ fn floats_of(t: &TensorProto) -> Option<Vec<f32>> {
 /// One float of a TensorProto's `raw_data` (little-endian, 4 bytes).
 fn le_f32(bytes: &[u8]) -> f32 {
     f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+fn int(name: &str, value: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.to_string(),
+        r#type: attribute_proto::AttributeType::Int as i32,
+        i: value,
+        ..Default::default()
+    }
 }
 
 fn ints(name: &str, values: &[i64]) -> AttributeProto {

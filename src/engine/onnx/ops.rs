@@ -36,9 +36,9 @@ pub(super) fn to_input(images: &[Mat], norm: Normalize) -> Result<Blob> {
     let first = images
         .first()
         .ok_or_else(|| Error::internal("no image for a model input"))?;
-    let (w, h) = (first.cols(), first.rows());
+    let (w, h) = (first.cols().max(1), first.rows().max(1));
     for img in images {
-        if (img.cols(), img.rows(), img.typ()) != (w, h, opencv::core::CV_8UC3) || w < 1 || h < 1 {
+        if (img.cols(), img.rows(), img.typ()) != (w, h, opencv::core::CV_8UC3) {
             return Err(Error::internal(format!(
                 "model input: expected 8-bit RGB images of {w}x{h}, got {}x{} (type {})",
                 img.cols(),
