@@ -1,7 +1,8 @@
 """Model hygiene at load (src/engine/onnx/hygiene.rs) changes speed, not answers: the ONNX engine
-with its defaults (tiny weights zeroed, PRelu rewritten, denormals flushed) and the same models
-untouched (all three parameters false) give the same faces, names and distances (within 1e-4) on
-real photos, on both runtimes; the load log says what the cleaning did."""
+with its defaults (tiny weights zeroed, PRelu rewritten on onnxruntime, denormals flushed) and the
+same models untouched (all three parameters false) give the same faces, names and distances
+(within 1e-4) on real photos, on both runtimes; the load log says what the cleaning did, and on
+tract which ops run on the engine's own kernels (src/engine/onnx/tract_ops/)."""
 
 from __future__ import annotations
 
@@ -46,12 +47,33 @@ def test_load_log_says_what_was_cleaned(engine, cleaned, untouched):
     assert set(counts) == {"detector", "landmarks", "embedder"}, line
     # Measured on the sample models: the embedder holds ~200,000 denormal weights and PRelus.
     zeroed, prelu, as_conv = counts["embedder"]
-    assert zeroed > 100_000 and prelu > 0, line
-    # Each of its PRelus follows a Conv with a per-channel slope: on onnxruntime (CPU) all
-    # become convolutions; tract keeps the elementwise form.
-    assert as_conv == (prelu if engine.name == "onnx" else 0), line
+    assert zeroed > 100_000, line
+    if engine.name == "onnx":
+        # Each of its PRelus follows a Conv with a per-channel slope: on onnxruntime (CPU)
+        # all become convolutions.
+        assert prelu > 0 and as_conv == prelu, line
+    else:
+        # tract keeps them PRelu and runs them on the engine's own one-pass kernel, next to
+        # its own depthwise convolutions.
+        assert prelu == 0 and as_conv == 0, line
+        kernels = own_kernels(cleaned)
+        assert kernels["embedder"][1] >= 30 and kernels["detector"][0] > 0, kernels
+        assert own_kernels(untouched) == kernels, "the untouched models run on other kernels"
     assert counts["landmarks"][0] > 0, line
     assert hygiene_line(untouched).startswith("model hygiene off;"), hygiene_line(untouched)
+
+
+def own_kernels(server) -> dict[str, tuple[int, int]]:
+    """(depthwise convolutions, PRelu) of each model on the engine's own tract kernels."""
+    found = re.search(r"on the engine's own tract kernels: ([^\n]*)", server.log_text())
+    assert found, f"no own tract kernels in the load log:\n{server.log_tail()}"
+    return {
+        role: (int(dw), int(prelu))
+        for role, dw, prelu in re.findall(
+            r"(detector|landmarks|embedder): (\d+) depthwise convolutions, (\d+) PRelu",
+            found.group(1),
+        )
+    }
 
 
 @pytest.mark.parametrize("photo", PHOTOS)

@@ -50,6 +50,8 @@ pub enum PreluForm {
     /// Depthwise convolutions where the slope is per channel on NCHW data
     /// (onnxruntime on the CPU, whose convolutions run in a blocked layout).
     Convolutions,
+    /// Left as PRelu: the runtime runs it in one pass (tract, with our op).
+    Native,
 }
 
 /// What the cleaning did to one model, for the load log.
@@ -170,7 +172,7 @@ fn is_op(node: &NodeProto, op: &str) -> bool {
 /// by `Add(Relu(x), Mul(Min(x, 0), slope))`. How many were rewritten, and
 /// how many of them as convolutions.
 fn rewrite_prelu(graph: &mut GraphProto, form: PreluForm) -> (usize, usize) {
-    if !graph.node.iter().any(is_prelu) {
+    if form == PreluForm::Native || !graph.node.iter().any(is_prelu) {
         return (0, 0);
     }
     let mut names = Names::of(graph);
@@ -180,7 +182,7 @@ fn rewrite_prelu(graph: &mut GraphProto, form: PreluForm) -> (usize, usize) {
         .iter()
         .map(|n| match form {
             PreluForm::Convolutions => channel_slope(graph, n),
-            PreluForm::Elementwise => None,
+            PreluForm::Elementwise | PreluForm::Native => None,
         })
         .collect();
     let mut nodes = Vec::with_capacity(graph.node.len());
@@ -363,7 +365,7 @@ fn ints(name: &str, values: &[i64]) -> AttributeProto {
     }
 }
 
-fn node(op: &str, inputs: &[&str], output: &str, name: &str) -> NodeProto {
+pub(super) fn node(op: &str, inputs: &[&str], output: &str, name: &str) -> NodeProto {
     NodeProto {
         op_type: op.to_string(),
         input: inputs.iter().map(|s| s.to_string()).collect(),
@@ -427,65 +429,9 @@ impl Names {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_models::{floats, prelu_model, shape_of, slopes, test_input};
     use super::*;
-    use tract_onnx::pb::tensor_shape_proto::{dimension, Dimension};
-    use tract_onnx::pb::ValueInfoProto;
-    use tract_onnx::pb::{type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto};
     use tract_onnx::prelude::*;
-
-    fn floats(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-        TensorProto {
-            name: name.to_string(),
-            dims: dims.to_vec(),
-            data_type: tensor_proto::DataType::Float as i32,
-            float_data: values.to_vec(),
-            ..Default::default()
-        }
-    }
-
-    /// Height and width of the test models' data.
-    const SIDE: usize = 4;
-
-    /// The NCHW shape of a test input of `len` values.
-    fn shape_of(len: usize) -> [usize; 4] {
-        [1, len / (SIDE * SIDE), SIDE, SIDE]
-    }
-
-    /// x [1,C,4,4] -> PRelu(x, slope [C,1,1]) -> y, at `opset`.
-    fn prelu_model(slope: &[f32], opset: i64) -> ModelProto {
-        let channels = slope.len() as i64;
-        let side = SIDE as i64;
-        let dims = [1, channels, side, side].map(|d| Dimension {
-            value: Some(dimension::Value::DimValue(d)),
-            ..Default::default()
-        });
-        let io = |name: &str| ValueInfoProto {
-            name: name.to_string(),
-            r#type: Some(TypeProto {
-                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                    elem_type: tensor_proto::DataType::Float as i32,
-                    shape: Some(TensorShapeProto { dim: dims.to_vec() }),
-                })),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        ModelProto {
-            ir_version: 7,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: opset,
-            }],
-            graph: Some(GraphProto {
-                node: vec![node("PRelu", &["x", "slope"], "y", "act")],
-                initializer: vec![floats("slope", &[channels, 1, 1], slope)],
-                input: vec![io("x")],
-                output: vec![io("y")],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
 
     fn run(model: &ModelProto, x: &[f32]) -> Vec<f32> {
         let m = tract_onnx::onnx().model_for_proto_model(model).unwrap();
@@ -594,22 +540,6 @@ mod tests {
         net.run(input).unwrap().remove(0).data
     }
 
-    /// Values of both signs, and zeros of both signs, for `channels`.
-    fn test_input(channels: usize) -> Vec<f32> {
-        let n = channels * SIDE * SIDE;
-        let mut x: Vec<f32> = (0..n)
-            .map(|i| ((i * 13) % 29) as f32 * 0.37 - 5.0)
-            .collect();
-        x[0] = 0.0;
-        x[1] = -0.0;
-        x
-    }
-
-    /// Per-channel slopes of both signs and zero.
-    fn slopes(channels: usize) -> Vec<f32> {
-        (0..channels).map(|c| (c as f32 - 10.0) * 0.13).collect()
-    }
-
     #[test]
     fn prelu_after_a_conv_becomes_depthwise_convolutions_bit_exactly() {
         // 32 channels: enough for onnxruntime's blocked layout (blocks of
@@ -629,7 +559,7 @@ mod tests {
         let graph = after.graph.as_ref().unwrap();
         assert!(graph.initializer.iter().all(|t| t.name != "slope"));
         assert_same_outputs(&before, &after, &x);
-        // For tract, the elementwise form.
+        // For onnxruntime on a GPU, the elementwise form.
         let mut elementwise = before.clone();
         let report = clean(&mut elementwise, Hygiene::default(), PreluForm::Elementwise);
         assert_eq!((report.prelu_rewritten, report.prelu_as_conv), (1, 0));
@@ -643,6 +573,14 @@ mod tests {
         let report = clean(&mut model, Hygiene::default(), PreluForm::Convolutions);
         assert_eq!((report.prelu_rewritten, report.prelu_as_conv), (1, 0));
         assert_eq!(ops(&model), ["Constant", "Relu", "Min", "Mul", "Add"]);
+    }
+
+    #[test]
+    fn the_native_form_keeps_prelu() {
+        let mut model = conv_prelu_model(&slopes(4));
+        let report = clean(&mut model, Hygiene::default(), PreluForm::Native);
+        assert_eq!((report.prelu_rewritten, report.zeroed), (0, 0));
+        assert_eq!(ops(&model), ["Conv", "PRelu"]);
     }
 
     #[test]

@@ -13,6 +13,9 @@ mod net;
 pub mod onnxruntime;
 mod ops;
 mod settings;
+#[cfg(test)]
+mod test_models;
+mod tract_ops;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -329,20 +332,39 @@ impl Laps {
 }
 
 impl OnnxEngine {
+    /// The loaded models, named by role, in pipeline order.
+    fn nets(&self) -> Vec<(&'static str, &Net)> {
+        let mut nets = vec![("detector", &self.detector)];
+        nets.extend(self.landmarks.as_ref().map(|n| ("landmarks", n)));
+        nets.push(("embedder", &self.embedder));
+        nets
+    }
+
     /// What the load-time cleaning did, model by model.
     fn describe_hygiene(&self) -> String {
         let h = self.settings.hygiene;
         if !h.zero_tiny_weights && !h.rewrite_prelu {
             return "; model hygiene off".to_string();
         }
-        let mut nets = vec![("detector", &self.detector)];
-        nets.extend(self.landmarks.as_ref().map(|n| ("landmarks", n)));
-        nets.push(("embedder", &self.embedder));
-        let parts: Vec<String> = nets
+        let parts: Vec<String> = self
+            .nets()
             .iter()
             .map(|(what, net)| format!("{what}: {}", net.cleaned.describe()))
             .collect();
         format!("; model hygiene: {}", parts.join("; "))
+    }
+
+    /// On tract, which ops of each model run on the engine's own kernels.
+    fn describe_own_kernels(&self) -> String {
+        let parts: Vec<String> = self
+            .nets()
+            .iter()
+            .filter_map(|(what, net)| Some(format!("{what}: {}", net.own_kernels?.describe())))
+            .collect();
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!("; on the engine's own tract kernels: {}", parts.join("; "))
     }
 }
 
@@ -378,6 +400,7 @@ impl Engine for OnnxEngine {
                 "one face per run"
             }
         ) + &self.describe_hygiene()
+            + &self.describe_own_kernels()
     }
     fn embedding_len(&self) -> usize {
         self.embedding_len

@@ -10,6 +10,7 @@ use prost::Message;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
 use super::settings::{OnnxSettings, Runtime};
+use super::tract_ops::{self, OwnKernels};
 use crate::error::{Error, Result};
 
 type Plan = Arc<TypedRunnableModel>;
@@ -27,6 +28,8 @@ pub(super) struct Net {
     pub(super) batch_free: bool,
     /// What hygiene did to it, for the load log.
     pub(super) cleaned: Report,
+    /// On tract, which ops run on the engine's own kernels (tract_ops).
+    pub(super) own_kernels: Option<OwnKernels>,
 }
 
 /// The model file a parameter names; a missing one fails the load naming the
@@ -59,7 +62,7 @@ pub(super) fn load_net(
             path.display()
         ))
     };
-    let onnx = tract_onnx::onnx();
+    let onnx = tract_ops::onnx();
     let mut proto = onnx.proto_model_for_path(path).map_err(fail)?;
     let external = hygiene::has_external_data(&proto);
     let cleaned = if external {
@@ -79,14 +82,13 @@ pub(super) fn load_net(
     }
     let typed = model.into_typed().map_err(fail)?;
     let (shape, batch_free) = input_shape(what, path, &typed)?;
+    let mut own_kernels = None;
     let runner = match runtime {
-        RuntimeChoice::Tract => Runner::Tract(
-            typed
-                .into_optimized()
-                .map_err(fail)?
-                .into_runnable()
-                .map_err(fail)?,
-        ),
+        RuntimeChoice::Tract => {
+            let (optimized, kernels) = tract_ops::optimize(typed).map_err(fail)?;
+            own_kernels = Some(kernels);
+            Runner::Tract(optimized.into_runnable().map_err(fail)?)
+        }
         // onnxruntime reads external data relative to the file, so such a
         // model is loaded from its path; every other one from the cleaned bytes.
         RuntimeChoice::Ort {
@@ -108,6 +110,7 @@ pub(super) fn load_net(
         shape,
         batch_free,
         cleaned,
+        own_kernels,
     })
 }
 
@@ -145,12 +148,14 @@ pub(super) enum RuntimeChoice {
 
 impl RuntimeChoice {
     /// onnxruntime on the CPU runs convolutions in its blocked layout, so
-    /// PRelu is best rewritten as convolutions there (hygiene.rs).
+    /// PRelu is best rewritten as convolutions there (hygiene.rs); tract
+    /// runs PRelu itself on our one-pass kernel (tract_ops).
     fn prelu_form(&self) -> PreluForm {
         match self {
             RuntimeChoice::Ort {
                 cuda_device: None, ..
             } => PreluForm::Convolutions,
+            RuntimeChoice::Tract => PreluForm::Native,
             _ => PreluForm::Elementwise,
         }
     }
