@@ -65,8 +65,8 @@ def test_load_log_says_what_was_cleaned(engine, cleaned, untouched):
 
 def own_kernels(server) -> dict[str, tuple[int, int]]:
     """(depthwise convolutions, PRelu) of each model on the engine's own tract kernels."""
-    found = re.search(r"on the engine's own tract kernels: ([^\n]*)", server.log_text())
-    assert found, f"no own tract kernels in the load log:\n{server.log_tail()}"
+    found = re.search(r"on the engine's own kernels in tract: ([^\n]*)", server.log_text())
+    assert found, f"no own kernels in tract in the load log:\n{server.log_tail()}"
     return {
         role: (int(dw), int(prelu))
         for role, dw, prelu in re.findall(

@@ -9,9 +9,10 @@
 //!   convolutions stay in onnxruntime's blocked (NCHWc) layout and fuse the
 //!   Relu and the final Add, where a PRelu, Min or Mul node forces a layout
 //!   change before and after it (the embedder: 12.7 ms with PRelu, 9.1 with
-//!   Min/Mul, 7.0 with the convolutions, same outputs). Elsewhere, and for
-//!   tract (no blocked layout; the convolutions gave it no steady gain),
-//!   `Min` and `Mul` do it. tract expands a plain PRelu into compare/select.
+//!   Min/Mul, 7.0 with the convolutions, same outputs). Elsewhere (a GPU,
+//!   data of unknown layout) `Min` and `Mul` do it. tract keeps the PRelu
+//!   (`PreluForm::Native`): it runs on the engine's own one-pass kernel there
+//!   (tract_ops/prelu.rs).
 //!
 //! Both work on the ONNX protobuf before either runtime parses it; the two
 //! runtimes differ only in the PRelu form (`PreluForm`). Each step has a
@@ -89,7 +90,7 @@ pub fn clean(model: &mut ModelProto, hygiene: Hygiene, form: PreluForm) -> Repor
     if hygiene.zero_tiny_weights {
         report.zeroed = zero_tiny_weights(graph);
     }
-    if hygiene.rewrite_prelu {
+    if hygiene.rewrite_prelu && form != PreluForm::Native {
         // Min with a broadcast scalar needs opset 8 (multidirectional
         // broadcasting); older models keep their PRelu.
         if opset >= 8 {
@@ -172,7 +173,7 @@ fn is_op(node: &NodeProto, op: &str) -> bool {
 /// by `Add(Relu(x), Mul(Min(x, 0), slope))`. How many were rewritten, and
 /// how many of them as convolutions.
 fn rewrite_prelu(graph: &mut GraphProto, form: PreluForm) -> (usize, usize) {
-    if form == PreluForm::Native || !graph.node.iter().any(is_prelu) {
+    if !graph.node.iter().any(is_prelu) {
         return (0, 0);
     }
     let mut names = Names::of(graph);
@@ -580,6 +581,7 @@ mod tests {
         let mut model = conv_prelu_model(&slopes(4));
         let report = clean(&mut model, Hygiene::default(), PreluForm::Native);
         assert_eq!((report.prelu_rewritten, report.zeroed), (0, 0));
+        assert_eq!(report.skipped, None);
         assert_eq!(ops(&model), ["Conv", "PRelu"]);
     }
 

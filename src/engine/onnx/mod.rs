@@ -364,7 +364,10 @@ impl OnnxEngine {
         if parts.is_empty() {
             return String::new();
         }
-        format!("; on the engine's own tract kernels: {}", parts.join("; "))
+        format!(
+            "; on the engine's own kernels in tract: {}",
+            parts.join("; ")
+        )
     }
 }
 

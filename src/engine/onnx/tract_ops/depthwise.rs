@@ -65,6 +65,17 @@ impl DepthwiseConv {
         })
     }
 
+    /// Data of (N,) C, H, W: anything else is an error, never an index out
+    /// of bounds in the shape helpers.
+    fn check_rank(&self, rank: usize) -> TractResult<()> {
+        let expected = 3 + self.format.has_n() as usize;
+        ensure!(
+            rank == expected,
+            "depthwise convolution: data of rank {rank}, expected {expected}"
+        );
+        Ok(())
+    }
+
     /// Output height and width for an input of `h` x `w`.
     fn output_hw(&self, h: usize, w: usize) -> TractResult<[usize; 2]> {
         let mut out = [0; 2];
@@ -104,6 +115,7 @@ impl EvalOp for DepthwiseConv {
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let (data, kernel, bias) = args_3!(inputs);
+        self.check_rank(data.rank())?;
         let shape = self.format.shape(data.shape().to_vec())?;
         let (n, c) = (*shape.n().unwrap_or(&1), *shape.c());
         let [h, w] = [shape.hw_dims()[0], shape.hw_dims()[1]];
@@ -155,7 +167,7 @@ impl TypedOp for DepthwiseConv {
         );
         let mut shape = inputs[0].shape.to_tvec();
         let rank = shape.len();
-        ensure!(rank >= 2, "depthwise convolution on rank {rank}");
+        self.check_rank(rank)?;
         let (h, w) = (shape[rank - 2].to_usize()?, shape[rank - 1].to_usize()?);
         let [ho, wo] = self.output_hw(h, w)?;
         shape[rank - 2] = ho.into();
@@ -412,6 +424,10 @@ mod tests {
             (conv([3, 3], [2, 2], [0, 1], [1, 0]), [1, 2, 6, 5]),
             (conv([5, 3], [2, 3], [2, 1], [1, 2]), [2, 2, 9, 10]),
             (conv([2, 5], [3, 1], [0, 4], [0, 0]), [1, 1, 8, 3]),
+            // Stride 2 with an even left pad, on odd and even widths.
+            (conv([3, 3], [2, 2], [0, 0], [0, 0]), [1, 2, 7, 9]),
+            (conv([3, 3], [2, 2], [2, 2], [2, 2]), [1, 2, 6, 7]),
+            (conv([3, 3], [2, 2], [2, 2], [1, 1]), [1, 1, 5, 6]),
         ];
         for (dw, shape) in cases {
             let [n, c, h, w] = shape;
@@ -424,6 +440,37 @@ mod tests {
             assert_eq!(out_shape, [n, c, ho, wo], "{dw:?}");
             assert_eq!(got, textbook(&dw, &x, shape, &k, &b), "{dw:?} on {shape:?}");
         }
+    }
+
+    #[test]
+    fn data_without_a_batch_axis_gives_the_same_planes() {
+        let nchw = conv([3, 3], [2, 2], [1, 1], [1, 1]);
+        let chw = DepthwiseConv {
+            format: DataFormat::CHW,
+            ..nchw.clone()
+        };
+        let (x, k, b) = (values(2 * 35, 6), values(18, 7), values(2, 8));
+        let inputs = |shape: &[usize]| {
+            tvec![
+                Tensor::from_shape(shape, &x).unwrap().into_tvalue(),
+                Tensor::from_shape(&[2, 1, 3, 3], &k).unwrap().into_tvalue(),
+                Tensor::from_shape(&[2], &b).unwrap().into_tvalue(),
+            ]
+        };
+        let ctx = EvalContext::out_of_plan();
+        let with = nchw.eval(&ctx, inputs(&[1, 2, 5, 7])).unwrap().remove(0);
+        let without = chw.eval(&ctx, inputs(&[2, 5, 7])).unwrap().remove(0);
+        assert_eq!(without.shape(), &[2, 3, 4]);
+        let flat = |t: &TValue| {
+            t.to_plain_array_view::<f32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(flat(&with), flat(&without));
+        // Data of the wrong rank is an error, not a panic.
+        assert!(chw.eval(&ctx, inputs(&[1, 2, 5, 7])).is_err());
     }
 
     #[test]

@@ -41,20 +41,20 @@ pub(super) fn onnx() -> tract_onnx::Onnx {
 /// place of tract's wherever it applies.
 pub(super) fn optimize(model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
     let mut model = model.into_decluttered()?;
-    let depthwise = swap_depthwise(&mut model)?;
+    swap_depthwise(&mut model)?;
     let model = model.into_optimized()?;
-    let prelu = model
-        .nodes
-        .iter()
-        .filter(|n| n.op_is::<ChannelPrelu>())
-        .count();
-    Ok((model, OwnKernels { depthwise, prelu }))
+    // Counted in the optimized graph: what will actually run.
+    let count = |is: fn(&TypedNode) -> bool| model.nodes.iter().filter(|n| is(n)).count();
+    let kernels = OwnKernels {
+        depthwise: count(|n| n.op_is::<DepthwiseConv>()),
+        prelu: count(|n| n.op_is::<ChannelPrelu>()),
+    };
+    Ok((model, kernels))
 }
 
 /// Put our depthwise convolution in place of every float depthwise `Conv`
-/// it covers (in a decluttered model: shapes known); returns how many.
-fn swap_depthwise(model: &mut TypedModel) -> TractResult<usize> {
-    let mut swapped = 0;
+/// it covers (in a decluttered model: shapes known).
+fn swap_depthwise(model: &mut TypedModel) -> TractResult<()> {
     for id in 0..model.nodes.len() {
         let node = &model.nodes[id];
         let Some(conv) = node.op_as::<Conv>() else {
@@ -65,10 +65,9 @@ fn swap_depthwise(model: &mut TypedModel) -> TractResult<usize> {
         }
         if let Some(op) = DepthwiseConv::for_conv(conv, model.outlet_fact(node.inputs[0])?) {
             model.node_mut(id).op = Box::new(op);
-            swapped += 1;
         }
     }
-    Ok(swapped)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -77,41 +76,52 @@ mod tests {
     use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
     use tract_onnx::tract_core::ops::nn::DataFormat;
 
-    /// x [1, C, 9, 11] -> Conv 3x3 (stride 2, padded by 1), `group` groups.
-    fn conv_model(c: usize, group: usize) -> TypedModel {
-        let mut model = TypedModel::default();
-        let x = model.add_source("x", f32::fact([1, c, 9, 11])).unwrap();
-        let weights: Vec<f32> = (0..c * (c / group) * 9)
-            .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
-            .collect();
-        let k = tract_ndarray::ArrayD::from_shape_vec(vec![c, c / group, 3, 3], weights).unwrap();
-        let k = model.add_const("k", k.into_tensor()).unwrap();
-        let b = model.add_const("b", tensor1(&vec![0.25f32; c])).unwrap();
-        let conv = Conv {
+    const C: usize = 8;
+
+    /// A 3x3 convolution (stride 2, padded by 1) of `groups` groups over C
+    /// channels, as tract types an ONNX Conv.
+    fn conv(groups: usize) -> Conv {
+        Conv {
             pool_spec: PoolSpec {
                 data_format: DataFormat::NCHW,
                 kernel_shape: tvec![3, 3],
                 padding: PaddingSpec::Explicit(tvec![1, 1], tvec![1, 1]),
                 dilations: None,
                 strides: Some(tvec![2, 2]),
-                input_channels: c,
-                output_channels: c,
+                input_channels: C,
+                output_channels: C,
             },
             kernel_fmt: KernelFormat::OIHW,
-            group,
+            group: groups,
             q_params: None,
-        };
-        let y = model.wire_node("conv", conv, &[x, k, b]).unwrap();
+        }
+    }
+
+    /// x [N, C, 9, 11] (N free) -> `op` -> y.
+    fn model(op: Conv) -> TypedModel {
+        let mut model = TypedModel::default();
+        let n = model.symbols.sym("N");
+        let x = model
+            .add_source(
+                "x",
+                f32::fact(&[n.to_dim(), C.to_dim(), 9.to_dim(), 11.to_dim()]),
+            )
+            .unwrap();
+        let per_group = C / op.group;
+        let weights: Vec<f32> = (0..C * per_group * 9)
+            .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
+            .collect();
+        let k = Tensor::from_shape(&[C, per_group, 3, 3], &weights).unwrap();
+        let k = model.add_const("k", k).unwrap();
+        let b = model.add_const("b", tensor1(&[0.25f32; C])).unwrap();
+        let y = model.wire_node("conv", op, &[x, k, b]).unwrap();
         model.select_output_outlets(&y).unwrap();
         model
     }
 
     fn run(model: TypedModel, x: &Tensor) -> Vec<f32> {
-        let out = model
-            .into_runnable()
-            .unwrap()
-            .run(tvec!(x.clone().into_tvalue()))
-            .unwrap();
+        let plan = model.into_runnable().unwrap();
+        let out = plan.run(tvec!(x.clone().into_tvalue())).unwrap();
         out[0]
             .to_plain_array_view::<f32>()
             .unwrap()
@@ -121,16 +131,13 @@ mod tests {
     }
 
     #[test]
-    fn our_depthwise_convolution_agrees_with_tracts() {
-        let c = 8;
-        let values: Vec<f32> = (0..c * 99)
+    fn our_depthwise_convolution_agrees_with_tracts_on_a_batch() {
+        let values: Vec<f32> = (0..2 * C * 99)
             .map(|i| ((i * 5) % 17) as f32 * 0.2 - 1.5)
             .collect();
-        let x = tract_ndarray::ArrayD::from_shape_vec(vec![1, c, 9, 11], values)
-            .unwrap()
-            .into_tensor();
-        let theirs = run(conv_model(c, c).into_optimized().unwrap(), &x);
-        let (optimized, kernels) = optimize(conv_model(c, c)).unwrap();
+        let x = Tensor::from_shape(&[2, C, 9, 11], &values).unwrap();
+        let theirs = run(model(conv(C)).into_optimized().unwrap(), &x);
+        let (optimized, kernels) = optimize(model(conv(C))).unwrap();
         assert_eq!(
             kernels,
             OwnKernels {
@@ -139,15 +146,27 @@ mod tests {
             }
         );
         let ours = run(optimized, &x);
-        assert_eq!(ours.len(), c * 5 * 6);
+        assert_eq!((ours.len(), theirs.len()), (2 * C * 5 * 6, 2 * C * 5 * 6));
         for (a, b) in ours.iter().zip(&theirs) {
             assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
         }
     }
 
     #[test]
-    fn grouped_but_not_depthwise_convolutions_stay_tracts() {
-        let (_, kernels) = optimize(conv_model(8, 4)).unwrap();
-        assert_eq!(kernels.depthwise, 0);
+    fn convolutions_it_does_not_cover_stay_tracts() {
+        let dilated = {
+            let mut c = conv(C);
+            c.pool_spec.dilations = Some(tvec![2, 2]);
+            c
+        };
+        let same = {
+            let mut c = conv(C);
+            c.pool_spec.padding = PaddingSpec::SameUpper;
+            c
+        };
+        for (what, op) in [("grouped", conv(4)), ("dilated", dilated), ("same", same)] {
+            let (_, kernels) = optimize(model(op)).unwrap();
+            assert_eq!(kernels.depthwise, 0, "{what}");
+        }
     }
 }

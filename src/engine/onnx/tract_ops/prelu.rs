@@ -6,10 +6,11 @@
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::internal::*;
-use tract_onnx::tract_hir::tract_core::ops::math;
+use tract_onnx::tract_hir::tract_core::ops::binary::TypedBinOp;
+use tract_onnx::tract_hir::tract_core::ops::{logic, math};
 
 /// The ONNX `PRelu` node, typed as [`ChannelPrelu`] when the slope is one
-/// value per channel of float32 data, else as `max(x, 0) + min(x, 0) * slope`.
+/// value per channel of float32 data, else as `select(x < 0, x * slope, x)`.
 #[derive(Debug, Clone, Hash)]
 pub struct PreluNode;
 
@@ -38,24 +39,50 @@ impl Expansion for PreluNode {
         inputs: &[OutletId],
     ) -> TractResult<TVec<OutletId>> {
         let (x, slope) = (inputs[0], inputs[1]);
-        let layout = channel_layout(model.outlet_fact(x)?, model.outlet_fact(slope)?);
-        if let Some(axis) = layout {
+        let (xf, sf) = (model.outlet_fact(x)?, model.outlet_fact(slope)?);
+        check_broadcast(xf, sf).with_context(|| format!("PRelu {name}"))?;
+        if let Some(axis) = channel_layout(xf, sf) {
             return model.wire_node(name, ChannelPrelu { axis }, &[x, slope]);
         }
-        // Any other broadcast or type: the exact elementwise form.
-        let fact = model.outlet_fact(x)?.clone();
+        // Any other broadcast or type: select(x < 0, x * slope, x), exact
+        // for NaN, infinities and signed zeros alike.
+        let fact = xf.clone();
         let zero = tensor0(0f32)
             .cast_to_dt(fact.datum_type)?
             .into_owned()
             .broadcast_into_rank(fact.rank())?;
         let zero = model.add_const(format!("{name}.zero"), zero)?;
-        let pos = model.wire_node(format!("{name}.pos"), math::max(), &[x, zero])?[0];
-        let neg = model.wire_node(format!("{name}.neg"), math::min(), &[x, zero])?[0];
         let scaled =
-            wire_with_rank_broadcast(format!("{name}.scaled"), model, math::mul(), &[neg, slope])?
-                [0];
-        model.wire_node(name, math::add(), &[pos, scaled])
+            wire_with_rank_broadcast(format!("{name}.scaled"), model, math::mul(), &[x, slope])?[0];
+        let negative = model.wire_node(
+            format!("{name}.negative"),
+            TypedBinOp(logic::comp_gt(), None),
+            &[zero, x],
+        )?[0];
+        model.wire_node(name, logic::Iff, &[negative, scaled, x])
     }
+}
+
+/// ONNX broadcasts the slope to x in one direction only: its dims, aligned
+/// to the right, are 1 or x's. Anything else is not a valid model.
+fn check_broadcast(x: &TypedFact, slope: &TypedFact) -> TractResult<()> {
+    ensure!(
+        slope.rank() <= x.rank(),
+        "slope of rank {} for data of rank {}",
+        slope.rank(),
+        x.rank()
+    );
+    let offset = x.rank() - slope.rank();
+    for (i, d) in slope.shape.iter().enumerate() {
+        let (dx, known) = (&x.shape[i + offset], d.to_i64().is_ok());
+        ensure!(
+            *d == 1.to_dim() || d == dx || !known || dx.to_i64().is_err(),
+            "slope dims {:?} do not broadcast to data dims {:?}",
+            slope.shape,
+            x.shape
+        );
+    }
+    Ok(())
 }
 
 /// Where the slopes go in the data: `Some(None)` for one slope for all,
@@ -158,14 +185,15 @@ fn prelu_plain(run: &mut [f32], slope: f32) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::test_models::{prelu_model, shape_of, slopes, test_input, SIDE};
+    use super::super::super::test_models::{prelu_model, slopes, test_input, SIDE};
     use super::super::{onnx, optimize};
     use super::*;
-    use tract_onnx::pb::ModelProto;
+    use tract_onnx::pb::tensor_shape_proto::dimension;
+    use tract_onnx::pb::{type_proto, ModelProto};
 
-    /// The model run on tract with our reader and kernels, and how many of
-    /// its ops are our PRelu.
-    fn run(model: &ModelProto, x: &[f32]) -> (Vec<f32>, usize) {
+    /// The model run on tract with our reader and kernels on `batch` images
+    /// of `x.len() / batch` values, and how many of its ops are our PRelu.
+    fn run(model: &ModelProto, x: &[f32], batch: usize) -> (Vec<f32>, usize) {
         let typed = onnx()
             .model_for_proto_model(model)
             .unwrap()
@@ -173,7 +201,8 @@ mod tests {
             .unwrap();
         let (optimized, kernels) = optimize(typed).unwrap();
         let plan = optimized.into_runnable().unwrap();
-        let input = Tensor::from_shape(&shape_of(x.len()), x).unwrap();
+        let shape = [batch, x.len() / (batch * SIDE * SIDE), SIDE, SIDE];
+        let input = Tensor::from_shape(&shape, x).unwrap();
         let out = plan.run(tvec!(input.into_tvalue())).unwrap();
         let values = out[0]
             .to_plain_array_view::<f32>()
@@ -192,33 +221,71 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn per_channel_slopes_run_in_one_pass_exactly() {
-        let channels = 32;
-        let (x, s) = (test_input(channels), slopes(channels));
-        let (got, ours) = run(&prelu_model(&s, 9), &x);
-        assert_eq!(ours, 1, "PRelu did not become our op");
-        let plane = x.len() / channels;
-        let want = expected(&x, |i| s[i / plane]);
-        // Bit for bit, the sign of zeros included.
+    /// Bit for bit: signed zeros and NaNs included.
+    fn assert_same_bits(got: &[f32], want: &[f32]) {
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&got), bits(&want));
+        assert_eq!(bits(got), bits(want), "{got:?} != {want:?}");
+    }
+
+    /// `prelu_model` with a free batch size ("N").
+    fn batch_free(mut model: ModelProto) -> ModelProto {
+        let graph = model.graph.as_mut().unwrap();
+        for io in graph.input.iter_mut().chain(graph.output.iter_mut()) {
+            let Some(type_proto::Value::TensorType(t)) =
+                io.r#type.as_mut().and_then(|t| t.value.as_mut())
+            else {
+                panic!("a tensor input");
+            };
+            let dims = &mut t.shape.as_mut().unwrap().dim;
+            dims[0].value = Some(dimension::Value::DimParam("N".into()));
+        }
+        model
+    }
+
+    /// `test_input`, with a NaN among its values.
+    fn input_with_nan(channels: usize) -> Vec<f32> {
+        let mut x = test_input(channels);
+        x[2] = f32::NAN;
+        x
     }
 
     #[test]
-    fn other_slope_shapes_take_the_elementwise_form() {
-        // One slope per value of each row (varies along two axes).
+    fn per_channel_slopes_run_in_one_pass_exactly() {
+        let channels = 32;
+        let (x, s) = (input_with_nan(channels), slopes(channels));
+        let (got, ours) = run(&prelu_model(&s, 9), &x, 1);
+        assert_eq!(ours, 1, "PRelu did not become our op");
+        let plane = x.len() / channels;
+        assert_same_bits(&got, &expected(&x, |i| s[i / plane]));
+    }
+
+    #[test]
+    fn every_image_of_a_batch_gets_the_channel_slopes() {
         let channels = 3;
-        let x = test_input(channels);
+        let s = slopes(channels);
+        let x: Vec<f32> = [test_input(channels), test_input(channels)].concat();
+        let (got, ours) = run(&batch_free(prelu_model(&s, 9)), &x, 2);
+        assert_eq!(ours, 1);
+        let plane = SIDE * SIDE;
+        assert_same_bits(&got, &expected(&x, |i| s[(i / plane) % channels]));
+    }
+
+    #[test]
+    fn other_slope_shapes_take_the_exact_select_form() {
+        // One slope per value of each row (varies along two axes), one of
+        // them infinite: positive values must come through untouched.
+        let channels = 3;
+        let x = input_with_nan(channels);
         let mut model = prelu_model(&[0.0; 3], 9);
         let graph = model.graph.as_mut().unwrap();
-        let s: Vec<f32> = (0..channels * SIDE).map(|i| i as f32 * 0.1 - 0.5).collect();
+        let mut s: Vec<f32> = (0..channels * SIDE).map(|i| i as f32 * 0.1 - 0.5).collect();
+        s[5] = f32::INFINITY;
         graph.initializer[0].dims = vec![channels as i64, 1, SIDE as i64];
         graph.initializer[0].float_data = s.clone();
-        let (got, ours) = run(&model, &x);
+        let (got, ours) = run(&model, &x, 1);
         assert_eq!(ours, 0);
         let plane = SIDE * SIDE;
-        assert_eq!(got, expected(&x, |i| s[(i / plane) * SIDE + i % SIDE]));
+        assert_same_bits(&got, &expected(&x, |i| s[(i / plane) * SIDE + i % SIDE]));
     }
 
     #[test]
@@ -228,8 +295,28 @@ mod tests {
         let graph = model.graph.as_mut().unwrap();
         graph.initializer[0].dims = vec![1];
         graph.initializer[0].float_data = vec![-0.75];
-        let (got, ours) = run(&model, &x);
+        let (got, ours) = run(&model, &x, 1);
         assert_eq!(ours, 1);
-        assert_eq!(got, expected(&x, |_| -0.75));
+        assert_same_bits(&got, &expected(&x, |_| -0.75));
+    }
+
+    #[test]
+    fn a_slope_that_does_not_broadcast_fails_the_load() {
+        // 4 slopes for 3 channels.
+        let mut model = prelu_model(&[0.5; 4], 9);
+        let graph = model.graph.as_mut().unwrap();
+        let Some(type_proto::Value::TensorType(t)) = graph.input[0]
+            .r#type
+            .as_mut()
+            .and_then(|t| t.value.as_mut())
+        else {
+            panic!("a tensor input");
+        };
+        t.shape.as_mut().unwrap().dim[1].value = Some(dimension::Value::DimValue(3));
+        let typed = onnx()
+            .model_for_proto_model(&model)
+            .and_then(|m| m.into_typed());
+        let err = format!("{:#}", typed.expect_err("a load error"));
+        assert!(err.contains("do not broadcast to data dims"), "{err}");
     }
 }
