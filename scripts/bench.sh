@@ -31,7 +31,7 @@
 # Logs and CSVs: out/bench-*. Takes about 7 minutes on 2 cores (4 without the
 # comparison models).
 # Environment:
-#   BENCH_PROTOCOL=http|grpc       perf_analyzer protocol (default http)
+#   BENCH_PROTOCOL=grpc|http       perf_analyzer protocol (default grpc, as issue #8 measures)
 #   BENCH_WINDOW_MS=4000           perf_analyzer measurement window (the
 #                                  closed-loop runs: split over the rounds)
 #   BENCH_ROUNDS=4                 rounds of the closed-loop runs, interleaved
@@ -60,7 +60,7 @@ cd "$REPO_ROOT"
 # ran setup.sh, which differs when assets/ is shared (a git worktree linking it).
 ROOT="$REPO_ROOT"
 
-PROTOCOL="${BENCH_PROTOCOL:-http}"
+PROTOCOL="${BENCH_PROTOCOL:-grpc}"
 case "$PROTOCOL" in
     http | grpc) ;;
     *) die "BENCH_PROTOCOL must be http or grpc, not $PROTOCOL" ;;
