@@ -12,15 +12,28 @@ use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
 /// Stands in for a depthwise `Conv`: inputs data, kernel `[C, 1, kh, kw]`,
-/// bias (`C` values, or one for all).
+/// bias (`C` values, or one for all), and with `Then::Prelu` the slopes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DepthwiseConv {
+    /// The activation folded into the output pass (mod.rs fuses it).
+    pub then: Then,
     format: DataFormat,
     kernel: [usize; 2],
     stride: [usize; 2],
     /// Before, then after, for height and width.
     pad_before: [usize; 2],
     pad_after: [usize; 2],
+}
+
+/// What is applied to each output value as it is written: saves the
+/// activation's own pass over the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Then {
+    Nothing,
+    /// `max(v, 0)`, as tract's Relu.
+    Relu,
+    /// `v < 0 ? v * slope : v`, one slope per channel (a fourth input).
+    Prelu,
 }
 
 impl DepthwiseConv {
@@ -57,12 +70,23 @@ impl DepthwiseConv {
         let pair = |v: &[usize]| -> Option<[usize; 2]> { v.try_into().ok() };
         let positive = |v: &[usize]| pair(v).filter(|p| p.iter().all(|&x| x > 0));
         Some(DepthwiseConv {
+            then: Then::Nothing,
             format: spec.data_format,
             kernel: positive(&spec.kernel_shape)?,
             stride: positive(&stride)?,
             pad_before: pair(&before)?,
             pad_after: pair(&after)?,
         })
+    }
+
+    /// The same convolution with `then` folded into its output pass.
+    pub fn then(self, then: Then) -> Self {
+        DepthwiseConv { then, ..self }
+    }
+
+    /// The channel axis of the data (and of the output).
+    pub fn channel_axis(&self) -> usize {
+        self.format.has_n() as usize
     }
 
     /// Data of (N,) C, H, W: anything else is an error, never an index out
@@ -114,6 +138,11 @@ impl EvalOp for DepthwiseConv {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let mut inputs = inputs;
+        let slopes = match self.then {
+            Then::Prelu => Some(inputs.pop().context("depthwise convolution: no slopes")?),
+            _ => None,
+        };
         let (data, kernel, bias) = args_3!(inputs);
         self.check_rank(data.rank())?;
         let shape = self.format.shape(data.shape().to_vec())?;
@@ -131,6 +160,15 @@ impl EvalOp for DepthwiseConv {
         ensure!(
             bias.len() == c || bias.len() == 1,
             "depthwise bias does not match {c} channels"
+        );
+        let slopes = match &slopes {
+            Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
+            None => &[],
+        };
+        ensure!(
+            self.then != Then::Prelu || slopes.len() == c,
+            "depthwise PRelu: {} slopes for {c} channels",
+            slopes.len()
         );
         let mut out_shape = data.shape().to_vec();
         let rank = out_shape.len();
@@ -153,7 +191,13 @@ impl EvalOp for DepthwiseConv {
         {
             let ch = plane % c;
             let b = bias[if bias.len() == 1 { 0 } else { ch }];
-            geometry.plane(src, &kernel[ch * taps..][..taps], b, dst, &mut scratch);
+            let finish = match self.then {
+                Then::Nothing => Finish::Copy,
+                Then::Relu => Finish::Relu,
+                Then::Prelu => Finish::Prelu(slopes[ch]),
+            };
+            let taps = &kernel[ch * taps..][..taps];
+            geometry.plane(src, taps, b, dst, finish, &mut scratch);
         }
         Ok(tvec!(output.into_tvalue()))
     }
@@ -161,9 +205,10 @@ impl EvalOp for DepthwiseConv {
 
 impl TypedOp for DepthwiseConv {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        let expected = 3 + (self.then == Then::Prelu) as usize;
         ensure!(
-            inputs.len() == 3,
-            "depthwise convolution takes data, kernel, bias"
+            inputs.len() == expected,
+            "depthwise convolution takes data, kernel, bias (and slopes with PRelu)"
         );
         let mut shape = inputs[0].shape.to_tvec();
         let rank = shape.len();
@@ -205,7 +250,15 @@ impl Geometry<'_> {
     /// phase (ky % sy, kx % sx) shifted by (ky / sy, kx / sx), so over an
     /// output as wide as a phase row it is one multiply-add over a long
     /// contiguous run; the columns past the output's width are dropped.
-    fn plane(&self, src: &[f32], taps: &[f32], bias: f32, dst: &mut [f32], scratch: &mut Scratch) {
+    fn plane(
+        &self,
+        src: &[f32],
+        taps: &[f32],
+        bias: f32,
+        dst: &mut [f32],
+        finish: Finish,
+        scratch: &mut Scratch,
+    ) {
         let conv = self.conv;
         let ([h, w], [ho, wo]) = (self.input, self.output);
         let ([kh, kw], [sy, sx]) = (conv.kernel, conv.stride);
@@ -262,7 +315,28 @@ impl Geometry<'_> {
             }
         }
         for (out, row) in dst.chunks_exact_mut(wo).zip(wide.chunks_exact(wq)) {
-            out.copy_from_slice(&row[..wo]);
+            finish.write(&row[..wo], out);
+        }
+    }
+}
+
+/// How a plane's values are written out.
+#[derive(Clone, Copy)]
+enum Finish {
+    Copy,
+    Relu,
+    Prelu(f32),
+}
+
+impl Finish {
+    fn write(self, from: &[f32], to: &mut [f32]) {
+        match self {
+            Finish::Copy => to.copy_from_slice(from),
+            Finish::Relu => to.iter_mut().zip(from).for_each(|(t, v)| *t = v.max(0.0)),
+            Finish::Prelu(s) => to
+                .iter_mut()
+                .zip(from)
+                .for_each(|(t, v)| *t = if *v < 0.0 { *v * s } else { *v }),
         }
     }
 }
@@ -336,6 +410,7 @@ mod tests {
         after: [usize; 2],
     ) -> DepthwiseConv {
         DepthwiseConv {
+            then: Then::Nothing,
             format: DataFormat::NCHW,
             kernel,
             stride,

@@ -109,7 +109,7 @@ fn channel_layout(x: &TypedFact, slope: &TypedFact) -> Option<Option<usize>> {
 /// PRelu with one slope, or one per index of `axis`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChannelPrelu {
-    axis: Option<usize>,
+    pub axis: Option<usize>,
 }
 
 impl Op for ChannelPrelu {
