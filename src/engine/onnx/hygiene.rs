@@ -430,21 +430,16 @@ impl Names {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_models::{floats, prelu_model, shape_of, slopes, test_input};
+    use super::super::test_models::{
+        first_output, floats, prelu_model, shape_of, slopes, test_input,
+    };
     use super::*;
     use tract_onnx::prelude::*;
 
     fn run(model: &ModelProto, x: &[f32]) -> Vec<f32> {
         let m = tract_onnx::onnx().model_for_proto_model(model).unwrap();
-        let plan = m.into_optimized().unwrap().into_runnable().unwrap();
         let input = Tensor::from_shape(&shape_of(x.len()), x).unwrap();
-        let out = plan.run(tvec!(input.into_tvalue())).unwrap();
-        out[0]
-            .to_plain_array_view::<f32>()
-            .unwrap()
-            .iter()
-            .copied()
-            .collect()
+        first_output(m.into_optimized().unwrap(), input)
     }
 
     #[test]

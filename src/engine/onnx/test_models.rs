@@ -5,7 +5,21 @@ use tract_onnx::pb::tensor_shape_proto::{dimension, Dimension};
 use tract_onnx::pb::{tensor_proto, GraphProto, ModelProto, TensorProto, ValueInfoProto};
 use tract_onnx::pb::{type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto};
 
+use tract_onnx::prelude::*;
+
 use super::hygiene::node;
+
+/// Run a (typed, optimized) model on `input`: its first output's values.
+pub(super) fn first_output(model: TypedModel, input: Tensor) -> Vec<f32> {
+    let plan = model.into_runnable().unwrap();
+    let out = plan.run(tvec!(input.into_tvalue())).unwrap();
+    out[0]
+        .to_plain_array_view::<f32>()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
+}
 
 pub(super) fn floats(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     TensorProto {

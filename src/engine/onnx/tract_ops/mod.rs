@@ -147,6 +147,7 @@ fn swap_depthwise(model: &mut TypedModel) -> TractResult<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_models::first_output;
     use super::*;
     use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
     use tract_onnx::tract_core::ops::nn::DataFormat;
@@ -265,14 +266,7 @@ mod tests {
     }
 
     fn run(model: TypedModel, x: &Tensor) -> Vec<f32> {
-        let plan = model.into_runnable().unwrap();
-        let out = plan.run(tvec!(x.clone().into_tvalue())).unwrap();
-        out[0]
-            .to_plain_array_view::<f32>()
-            .unwrap()
-            .iter()
-            .copied()
-            .collect()
+        first_output(model, x.clone())
     }
 
     #[test]

@@ -185,7 +185,7 @@ fn prelu_plain(run: &mut [f32], slope: f32) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::test_models::{prelu_model, slopes, test_input, SIDE};
+    use super::super::super::test_models::{first_output, prelu_model, slopes, test_input, SIDE};
     use super::super::{onnx, optimize};
     use super::*;
     use tract_onnx::pb::tensor_shape_proto::dimension;
@@ -200,17 +200,9 @@ mod tests {
             .into_typed()
             .unwrap();
         let (optimized, kernels) = optimize(typed).unwrap();
-        let plan = optimized.into_runnable().unwrap();
         let shape = [batch, x.len() / (batch * SIDE * SIDE), SIDE, SIDE];
         let input = Tensor::from_shape(&shape, x).unwrap();
-        let out = plan.run(tvec!(input.into_tvalue())).unwrap();
-        let values = out[0]
-            .to_plain_array_view::<f32>()
-            .unwrap()
-            .iter()
-            .copied()
-            .collect();
-        (values, kernels.prelu)
+        (first_output(optimized, input), kernels.prelu)
     }
 
     /// ONNX PRelu, value by value.
