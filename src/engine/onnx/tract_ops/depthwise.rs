@@ -100,6 +100,26 @@ impl DepthwiseConv {
         Ok(())
     }
 
+    /// The weights fit `c` channels: a kernel each, a bias each (or one for
+    /// all) and, with PRelu, a slope each.
+    fn check_weights(&self, weights: &Weights, c: usize) -> TractResult<()> {
+        let taps = self.kernel[0] * self.kernel[1];
+        ensure!(
+            weights.kernel.len() == c * taps,
+            "depthwise kernel does not match {c} channels"
+        );
+        ensure!(
+            weights.bias.len() == c || weights.bias.len() == 1,
+            "depthwise bias does not match {c} channels"
+        );
+        ensure!(
+            self.then != Then::Prelu || weights.slopes.len() == c,
+            "depthwise PRelu: {} slopes for {c} channels",
+            weights.slopes.len()
+        );
+        Ok(())
+    }
+
     /// Output height and width for an input of `h` x `w`.
     fn output_hw(&self, h: usize, w: usize) -> TractResult<[usize; 2]> {
         let mut out = [0; 2];
@@ -149,56 +169,31 @@ impl EvalOp for DepthwiseConv {
         let (n, c) = (*shape.n().unwrap_or(&1), *shape.c());
         let [h, w] = [shape.hw_dims()[0], shape.hw_dims()[1]];
         ensure!(h > 0 && w > 0, "depthwise convolution on an empty image");
+        let weights = Weights {
+            kernel: kernel.try_as_plain_ram()?.as_slice::<f32>()?,
+            bias: bias.try_as_plain_ram()?.as_slice::<f32>()?,
+            slopes: match &slopes {
+                Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
+                None => &[],
+            },
+        };
+        self.check_weights(&weights, c)?;
         let [ho, wo] = self.output_hw(h, w)?;
-        let taps = self.kernel[0] * self.kernel[1];
-        let kernel = kernel.try_as_plain_ram()?.as_slice::<f32>()?;
-        let bias = bias.try_as_plain_ram()?.as_slice::<f32>()?;
-        ensure!(
-            kernel.len() == c * taps,
-            "depthwise kernel does not match {c} channels"
-        );
-        ensure!(
-            bias.len() == c || bias.len() == 1,
-            "depthwise bias does not match {c} channels"
-        );
-        let slopes = match &slopes {
-            Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
-            None => &[],
-        };
-        ensure!(
-            self.then != Then::Prelu || slopes.len() == c,
-            "depthwise PRelu: {} slopes for {c} channels",
-            slopes.len()
-        );
         let mut out_shape = data.shape().to_vec();
-        let rank = out_shape.len();
-        out_shape[rank - 2..].copy_from_slice(&[ho, wo]);
+        out_shape[data.rank() - 2..].copy_from_slice(&[ho, wo]);
         let mut output = Tensor::zero::<f32>(&out_shape)?;
-        let input = data.try_as_plain_ram()?.as_slice::<f32>()?;
         let mut view = output.try_as_plain_ram_mut()?;
-        let out = view.as_slice_mut::<f32>()?;
-        let geometry = Geometry {
-            input: [h, w],
-            output: [ho, wo],
-            conv: self,
+        let planes = PlaneWork {
+            geometry: Geometry {
+                input: [h, w],
+                output: [ho, wo],
+                conv: self,
+            },
+            channels: c,
+            count: n * c,
         };
-        let mut scratch = Scratch::default();
-        for (plane, (src, dst)) in input
-            .chunks_exact(h * w)
-            .zip(out.chunks_exact_mut(ho * wo))
-            .enumerate()
-            .take(n * c)
-        {
-            let ch = plane % c;
-            let b = bias[if bias.len() == 1 { 0 } else { ch }];
-            let finish = match self.then {
-                Then::Nothing => Finish::Copy,
-                Then::Relu => Finish::Relu,
-                Then::Prelu => Finish::Prelu(slopes[ch]),
-            };
-            let taps = &kernel[ch * taps..][..taps];
-            geometry.plane(src, taps, b, dst, finish, &mut scratch);
-        }
+        let input = data.try_as_plain_ram()?.as_slice::<f32>()?;
+        planes.run(input, &weights, view.as_slice_mut::<f32>()?);
         Ok(tvec!(output.into_tvalue()))
     }
 }
@@ -221,6 +216,43 @@ impl TypedOp for DepthwiseConv {
     }
 
     as_op!();
+}
+
+/// A convolution's weights, checked against its channels.
+struct Weights<'a> {
+    kernel: &'a [f32],
+    bias: &'a [f32],
+    slopes: &'a [f32],
+}
+
+/// Every plane of one evaluation: `count` planes of `channels` channels.
+struct PlaneWork<'a> {
+    geometry: Geometry<'a>,
+    channels: usize,
+    count: usize,
+}
+
+impl PlaneWork<'_> {
+    fn run(&self, input: &[f32], weights: &Weights, out: &mut [f32]) {
+        let [h, w] = self.geometry.input;
+        let [ho, wo] = self.geometry.output;
+        let [kh, kw] = self.geometry.conv.kernel;
+        let taps = kh * kw;
+        let mut scratch = Scratch::default();
+        let planes = input.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo));
+        for (plane, (src, dst)) in planes.enumerate().take(self.count) {
+            let ch = plane % self.channels;
+            let bias = weights.bias[if weights.bias.len() == 1 { 0 } else { ch }];
+            let finish = match self.geometry.conv.then {
+                Then::Nothing => Finish::Copy,
+                Then::Relu => Finish::Relu,
+                Then::Prelu => Finish::Prelu(weights.slopes[ch]),
+            };
+            let kernel = &weights.kernel[ch * taps..][..taps];
+            self.geometry
+                .plane(src, kernel, bias, dst, finish, &mut scratch);
+        }
+    }
 }
 
 /// Output values added to by every tap before moving on (8 KiB).

@@ -42,7 +42,8 @@ pub(super) fn onnx() -> tract_onnx::Onnx {
 }
 
 /// tract's optimization of a typed model, with our depthwise convolution in
-/// place of tract's wherever it applies.
+/// place of tract's wherever it applies and the Relu or PRelu after it
+/// folded in; what runs on our kernels, counted.
 pub(super) fn optimize(model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
     let mut model = model.into_decluttered()?;
     swap_depthwise(&mut model)?;
