@@ -376,15 +376,21 @@ pub(super) fn node(op: &str, inputs: &[&str], output: &str, name: &str) -> NodeP
     }
 }
 
-/// A Constant node giving a float tensor (a node, not an initializer: IR
-/// versions before 4 would need every initializer among the inputs).
-fn constant(name: &str, dims: &[i64], values: &[f32]) -> NodeProto {
-    let value = TensorProto {
+/// A float tensor named `name` (empty for a Constant node's value).
+pub(super) fn float_tensor(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    TensorProto {
+        name: name.to_string(),
         dims: dims.to_vec(),
         data_type: tensor_proto::DataType::Float as i32,
         float_data: values.to_vec(),
         ..Default::default()
-    };
+    }
+}
+
+/// A Constant node giving a float tensor (a node, not an initializer: IR
+/// versions before 4 would need every initializer among the inputs).
+fn constant(name: &str, dims: &[i64], values: &[f32]) -> NodeProto {
+    let value = float_tensor("", dims, values);
     let mut n = node("Constant", &[], name, name);
     n.attribute.push(AttributeProto {
         name: "value".to_string(),

@@ -198,8 +198,7 @@ impl Blob {
     }
 
     fn into_tract(self) -> Result<Tensor> {
-        tract_ndarray::ArrayD::from_shape_vec(self.shape, self.data)
-            .map(IntoTensor::into_tensor)
+        Tensor::from_shape(&self.shape, &self.data)
             .map_err(|e| Error::internal(format!("input tensor: {e}")))
     }
 

@@ -2,7 +2,7 @@
 //! model cleaning (hygiene.rs) and of the tract kernels (tract_ops).
 
 use tract_onnx::pb::tensor_shape_proto::{dimension, Dimension};
-use tract_onnx::pb::{tensor_proto, GraphProto, ModelProto, TensorProto, ValueInfoProto};
+use tract_onnx::pb::{tensor_proto, GraphProto, ModelProto, ValueInfoProto};
 use tract_onnx::pb::{type_proto, OperatorSetIdProto, TensorShapeProto, TypeProto};
 
 use tract_onnx::prelude::*;
@@ -21,15 +21,8 @@ pub(super) fn first_output(model: TypedModel, input: Tensor) -> Vec<f32> {
         .collect()
 }
 
-pub(super) fn floats(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-    TensorProto {
-        name: name.to_string(),
-        dims: dims.to_vec(),
-        data_type: tensor_proto::DataType::Float as i32,
-        float_data: values.to_vec(),
-        ..Default::default()
-    }
-}
+/// A named float tensor (an initializer).
+pub(super) use super::hygiene::float_tensor as floats;
 
 /// Height and width of the test models' data.
 pub(super) const SIDE: usize = 4;

@@ -11,6 +11,8 @@ use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
+use super::prelu::prelu_value;
+
 /// Stands in for a depthwise `Conv`: inputs data, kernel `[C, 1, kh, kw]`,
 /// bias (`C` values, or one for all), and with `Then::Prelu` the slopes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -166,7 +168,7 @@ impl EvalOp for DepthwiseConv {
         let (data, kernel, bias) = args_3!(inputs);
         self.check_rank(data.rank())?;
         let shape = self.format.shape(data.shape().to_vec())?;
-        let (n, c) = (*shape.n().unwrap_or(&1), *shape.c());
+        let c = *shape.c();
         let [h, w] = [shape.hw_dims()[0], shape.hw_dims()[1]];
         ensure!(h > 0 && w > 0, "depthwise convolution on an empty image");
         let weights = Weights {
@@ -190,7 +192,6 @@ impl EvalOp for DepthwiseConv {
                 conv: self,
             },
             channels: c,
-            count: n * c,
         };
         let input = data.try_as_plain_ram()?.as_slice::<f32>()?;
         planes.run(input, &weights, view.as_slice_mut::<f32>()?);
@@ -225,11 +226,10 @@ struct Weights<'a> {
     slopes: &'a [f32],
 }
 
-/// Every plane of one evaluation: `count` planes of `channels` channels.
+/// Every plane of one evaluation, channel after channel.
 struct PlaneWork<'a> {
     geometry: Geometry<'a>,
     channels: usize,
-    count: usize,
 }
 
 impl PlaneWork<'_> {
@@ -240,7 +240,7 @@ impl PlaneWork<'_> {
         let taps = kh * kw;
         let mut scratch = Scratch::default();
         let planes = input.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo));
-        for (plane, (src, dst)) in planes.enumerate().take(self.count) {
+        for (plane, (src, dst)) in planes.enumerate() {
             let ch = plane % self.channels;
             let bias = weights.bias[if weights.bias.len() == 1 { 0 } else { ch }];
             let finish = match self.geometry.conv.then {
@@ -368,7 +368,7 @@ impl Finish {
             Finish::Prelu(s) => to
                 .iter_mut()
                 .zip(from)
-                .for_each(|(t, v)| *t = if *v < 0.0 { *v * s } else { *v }),
+                .for_each(|(t, v)| *t = prelu_value(*v, s)),
         }
     }
 }

@@ -124,8 +124,8 @@ impl EvalOp for ChannelPrelu {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let (data, slope) = args_2!(inputs);
-        let slope = slope.try_as_plain_ram()?.as_slice::<f32>()?.to_vec();
+        let (data, slopes) = args_2!(inputs);
+        let slope = slopes.try_as_plain_ram()?.as_slice::<f32>()?;
         // In place when nothing else holds the data (the usual case: the
         // convolution before it has no other reader).
         let mut data = data.into_tensor();
@@ -179,7 +179,17 @@ unsafe fn prelu_avx2(run: &mut [f32], slope: f32) {
 #[inline(always)]
 fn prelu_plain(run: &mut [f32], slope: f32) {
     for v in run {
-        *v = if *v < 0.0 { *v * slope } else { *v };
+        *v = prelu_value(*v, slope);
+    }
+}
+
+/// ONNX PRelu of one value: exact, NaN and -0 kept as they are.
+#[inline(always)]
+pub(super) fn prelu_value(v: f32, slope: f32) -> f32 {
+    if v < 0.0 {
+        v * slope
+    } else {
+        v
     }
 }
 
