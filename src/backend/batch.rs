@@ -11,6 +11,7 @@ use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Job};
 use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
+use crate::backend::spread::analyze_spread;
 use crate::error::Result;
 use crate::pipeline::{Face, Frame};
 use crate::sequence::Sequences;
@@ -78,7 +79,8 @@ fn analyze(
         .flatten()
         .flat_map(|j| j.frames.iter())
         .collect();
-    let mut results = state.engine.analyze(&frames, max_faces).into_iter();
+    let mut results =
+        analyze_spread(&mut state.engines, state.gpu.as_ref(), &frames, max_faces).into_iter();
     jobs.into_iter()
         .map(|job| {
             let job = job?;

@@ -36,6 +36,8 @@ pub struct Settings {
     pub match_threshold: Option<f32>,
     pub max_image_pixels: u64,
     pub max_faces_per_image: usize,
+    /// Threads (each with its own engine) an Execute spreads its images over.
+    pub batch_threads: usize,
     pub max_gallery_size: usize,
     pub return_embeddings: bool,
     /// Whether inputs carry a leading batch dimension (max_batch_size > 0).
@@ -284,6 +286,7 @@ impl Settings {
             match_threshold: None,
             max_image_pixels: 0,
             max_faces_per_image: 0,
+            batch_threads: 0,
             max_gallery_size: 0,
             return_embeddings: false,
             batched: false,

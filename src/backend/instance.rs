@@ -1,5 +1,5 @@
-//! Instance state: the engine this instance runs (one per instance; engines
-//! are not shared between threads) and, for KIND_GPU, its device.
+//! Instance state: the engines this instance runs (one per batch thread;
+//! engines are not shared between threads) and, for KIND_GPU, its device.
 
 use crate::backend::config::{EngineKind, Settings};
 use crate::backend::model::{new_engine, ModelState};
@@ -11,7 +11,9 @@ use crate::triton::{log, InstanceHandle, InstanceKind};
 
 pub struct InstanceState {
     pub name: String,
-    pub engine: Box<dyn Engine>,
+    /// `batch_threads` engines, loaded alike: an Execute spreads the images
+    /// of its batch over them (spread.rs).
+    pub engines: Vec<Box<dyn Engine>>,
     /// KIND_GPU only: the device, bound to the executing thread before the
     /// engine runs. KIND_CPU (and KIND_AUTO resolved to CPU) never loads CUDA.
     pub gpu: Option<Gpu>,
@@ -39,32 +41,41 @@ impl InstanceState {
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
-        let engine = match place {
-            Place::OnnxCuda(device) => {
-                let mut on_gpu = settings.clone();
-                on_gpu.onnx.cuda_device = Some(device);
-                new_engine(&on_gpu)?
-            }
-            _ => new_engine(settings)?,
-        };
+        let engines = (0..settings.batch_threads.max(1))
+            .map(|_| match place {
+                Place::OnnxCuda(device) => {
+                    let mut on_gpu = settings.clone();
+                    on_gpu.onnx.cuda_device = Some(device);
+                    new_engine(&on_gpu)
+                }
+                _ => new_engine(settings),
+            })
+            .collect::<Result<Vec<_>>>()?;
         if let Some(warning) = place.warning() {
             log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));
         }
         log::info(&format!(
-            "instance '{name}' of model '{}': {} engine on {} ({kind:?})",
+            "instance '{name}' of model '{}': {} engine on {} ({kind:?}), {} batch thread(s)",
             model.name,
-            engine.name(),
-            place.describe()
+            engines[0].name(),
+            place.describe(),
+            engines.len()
         ));
-        Ok(InstanceState { name, engine, gpu })
+        Ok(InstanceState { name, engines, gpu })
     }
 
     /// Called on the executing thread before any engine call.
     pub fn enter(&self) -> Result<()> {
-        match &self.gpu {
-            Some(gpu) => gpu.bind(),
-            None => Ok(()),
-        }
+        enter(self.gpu.as_ref())
+    }
+}
+
+/// Bind the instance's GPU (if any) to the calling thread: every thread that
+/// runs one of its engines does this first.
+pub fn enter(gpu: Option<&Gpu>) -> Result<()> {
+    match gpu {
+        Some(gpu) => gpu.bind(),
+        None => Ok(()),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The backend's lifecycle, where Triton and the face pipeline meet:
 //! `model` (config, gallery), `instance` (engine), and one Execute:
 //! `execute` (responses first, answers, statistics) → `job` (what a request
-//! asks for: `tensors`, `controls`) → `batch` (engine over the whole batch)
+//! asks for: `tensors`, `controls`) → `batch` (engine over the whole batch,
+//! `spread` over the batch threads)
 //! → `enroll` (one gallery write) → `manage` (FORGET, LIST) → `answer`
 //! (names, sequence, JSON).
 
@@ -16,6 +17,7 @@ pub mod job;
 pub mod manage;
 pub mod model;
 pub mod parameters;
+pub mod spread;
 pub mod tensors;
 
 use crate::error::Result;

@@ -325,6 +325,15 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| positive(v).map(|n| d.settings.max_faces_per_image = n),
     },
     Parameter {
+        name: "batch_threads",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1"),
+        meaning: "threads one Execute spreads the images of its batch over, each with its own \
+                  copy of the engine (memory: one engine per thread per instance)",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.settings.batch_threads = n),
+    },
+    Parameter {
         name: "max_gallery_size",
         kind: Kind::PositiveInteger,
         default: Default::Value("10000"),

@@ -1,0 +1,230 @@
+//! The images of one Execute spread over the instance's engines
+//! (`batch_threads`), one thread each, in contiguous runs so the results
+//! come back in order. When Triton's batcher hands one instance two requests
+//! while another instance idles, both images still run at once.
+
+use std::thread;
+
+use crate::backend::instance::enter;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::pipeline::{Face, Frame};
+use crate::triton::guard;
+
+/// One result per frame, in frame order. A panic or a GPU that cannot be
+/// bound fails the frames of that thread alone.
+pub fn analyze_spread(
+    engines: &mut [Box<dyn Engine>],
+    gpu: Option<&Gpu>,
+    frames: &[&Frame],
+    max_faces: usize,
+) -> Vec<Result<Vec<Face>>> {
+    let threads = engines.len().min(frames.len()).max(1);
+    let run = per_thread(frames.len(), threads);
+    let mut lanes = engines.iter_mut().zip(frames.chunks(run));
+    let Some((own_engine, own_frames)) = lanes.next() else {
+        return Vec::new(); // no frames
+    };
+    thread::scope(|scope| {
+        let others: Vec<_> = lanes
+            .map(|(engine, chunk)| {
+                let handle = scope.spawn(move || lane(engine, gpu, chunk, max_faces));
+                (handle, chunk.len())
+            })
+            .collect();
+        // The calling thread takes the first run; its GPU is already bound.
+        let mut results = lane(own_engine, None, own_frames, max_faces);
+        for (handle, n) in others {
+            // `lane` catches panics, so a join error is only a panic in the
+            // catching itself: still that run's frames alone.
+            let part = handle
+                .join()
+                .unwrap_or_else(|_| failed(n, "a batch thread stopped"));
+            results.extend(part);
+        }
+        results
+    })
+}
+
+/// Frames per thread: as even as contiguous runs allow.
+fn per_thread(frames: usize, threads: usize) -> usize {
+    frames.div_ceil(threads).max(1)
+}
+
+fn lane(
+    engine: &mut Box<dyn Engine>,
+    gpu: Option<&Gpu>,
+    frames: &[&Frame],
+    max_faces: usize,
+) -> Vec<Result<Vec<Face>>> {
+    guard::catch(|| {
+        enter(gpu)?;
+        Ok(engine.analyze(frames, max_faces))
+    })
+    .unwrap_or_else(|e| vec![Err(e); frames.len()])
+}
+
+fn failed(n: usize, why: &str) -> Vec<Result<Vec<Face>>> {
+    vec![Err(Error::internal(why)); n]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::pipeline::{BoxPx, Metric};
+
+    /// Answers each frame with one face whose score is the frame's width,
+    /// records which thread ran it, and panics on a frame of width 0.
+    struct Probe {
+        id: usize,
+        seen: Arc<Mutex<Vec<(usize, u32, ThreadId)>>>,
+    }
+
+    impl Engine for Probe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn metric(&self) -> Metric {
+            Metric::Cosine
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn embedding_len(&self) -> usize {
+            0
+        }
+        fn analyze(&mut self, frames: &[&Frame], _max_faces: usize) -> Vec<Result<Vec<Face>>> {
+            let here = thread::current().id();
+            frames
+                .iter()
+                .map(|f| {
+                    assert!(f.width > 0, "probe: a frame of width 0");
+                    self.seen.lock().unwrap().push((self.id, f.width, here));
+                    Ok(vec![face(f.width)])
+                })
+                .collect()
+        }
+    }
+
+    fn face(width: u32) -> Face {
+        let zero = BoxPx {
+            left: 0.0,
+            top: 0.0,
+            right: 0.0,
+            bottom: 0.0,
+        };
+        Face {
+            bbox: zero,
+            score: Some(width as f32),
+            landmarks: [[0.0; 2]; 5],
+            embedding: Vec::new(),
+        }
+    }
+
+    type Seen = Arc<Mutex<Vec<(usize, u32, ThreadId)>>>;
+
+    fn probes(n: usize) -> (Vec<Box<dyn Engine>>, Seen) {
+        let seen = Seen::default();
+        let engines = (0..n)
+            .map(|id| {
+                Box::new(Probe {
+                    id,
+                    seen: seen.clone(),
+                }) as Box<dyn Engine>
+            })
+            .collect();
+        (engines, seen)
+    }
+
+    fn frames(widths: &[u32]) -> Vec<Frame> {
+        widths
+            .iter()
+            .map(|&width| Frame {
+                width,
+                height: 1,
+                rgb: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn scores(results: &[Result<Vec<Face>>]) -> Vec<Option<f32>> {
+        results
+            .iter()
+            .map(|r| r.as_ref().ok().map(|faces| faces[0].score.unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn frames_run_in_contiguous_runs_on_their_own_threads_and_keep_their_order() {
+        let (mut engines, seen) = probes(2);
+        let owned = frames(&[1, 2, 3, 4, 5]);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let expected: Vec<Option<f32>> = (1..=5).map(|w| Some(w as f32)).collect();
+        assert_eq!(scores(&results), expected);
+
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|&(_, width, _)| width);
+        let engine_of: Vec<usize> = seen.iter().map(|&(id, _, _)| id).collect();
+        assert_eq!(engine_of, [0, 0, 0, 1, 1], "runs of 3 and 2 frames");
+        assert_eq!(
+            seen[0].2,
+            thread::current().id(),
+            "the first run on the caller"
+        );
+        assert_ne!(seen[3].2, seen[0].2, "the second run on another thread");
+    }
+
+    #[test]
+    fn a_panic_fails_only_the_frames_of_its_thread() {
+        let (mut engines, _) = probes(2);
+        let owned = frames(&[1, 2, 0, 4]);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        let results = analyze_spread(&mut engines, None, &refs, 8);
+        assert_eq!(scores(&results), [Some(1.0), Some(2.0), None, None]);
+        for failed in &results[2..] {
+            let e = failed.as_ref().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Internal);
+            assert!(e.message().contains("width 0"), "{}", e.message());
+        }
+        // The engines stay usable for the next batch.
+        let again = analyze_spread(&mut engines, None, &refs[..2], 8);
+        assert_eq!(scores(&again), [Some(1.0), Some(2.0)]);
+    }
+
+    #[test]
+    fn one_engine_or_one_frame_stays_on_the_calling_thread() {
+        for (engine_count, widths) in [(1, &[1, 2, 3][..]), (3, &[7][..])] {
+            let (mut engines, seen) = probes(engine_count);
+            let owned = frames(widths);
+            let refs: Vec<&Frame> = owned.iter().collect();
+            let results = analyze_spread(&mut engines, None, &refs, 8);
+            assert_eq!(results.len(), widths.len());
+            let here = thread::current().id();
+            assert!(seen
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|&(id, _, t)| id == 0 && t == here));
+        }
+        let (mut engines, _) = probes(2);
+        assert!(analyze_spread(&mut engines, None, &[], 8).is_empty());
+    }
+
+    #[test]
+    fn more_engines_than_frames_use_one_thread_per_frame() {
+        let (mut engines, seen) = probes(4);
+        let owned = frames(&[1, 2]);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        let results = analyze_spread(&mut engines, None, &refs, 8);
+        assert_eq!(scores(&results), [Some(1.0), Some(2.0)]);
+        let mut ids: Vec<usize> = seen.lock().unwrap().iter().map(|&(id, _, _)| id).collect();
+        ids.sort();
+        assert_eq!(ids, [0, 1]);
+    }
+}
