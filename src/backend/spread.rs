@@ -24,7 +24,7 @@ pub fn analyze_spread(
     let run = per_thread(frames.len(), threads);
     let mut lanes = engines.iter_mut().zip(frames.chunks(run));
     let Some((own_engine, own_frames)) = lanes.next() else {
-        return Vec::new(); // no frames
+        return failed(frames.len(), "no engine for the batch"); // or no frames
     };
     thread::scope(|scope| {
         let others: Vec<_> = lanes
@@ -58,11 +58,22 @@ fn lane(
     frames: &[&Frame],
     max_faces: usize,
 ) -> Vec<Result<Vec<Face>>> {
-    guard::catch(|| {
+    let results = guard::catch(|| {
         enter(gpu)?;
         Ok(engine.analyze(frames, max_faces))
     })
-    .unwrap_or_else(|e| vec![Err(e); frames.len()])
+    .unwrap_or_else(|e| vec![Err(e); frames.len()]);
+    // Exactly one result per frame, or the runs after this one would hand
+    // their results to other requests' images.
+    if results.len() != frames.len() {
+        let why = format!(
+            "the engine gave {} results for {} images",
+            results.len(),
+            frames.len()
+        );
+        return failed(frames.len(), &why);
+    }
+    results
 }
 
 fn failed(n: usize, why: &str) -> Vec<Result<Vec<Face>>> {
@@ -102,6 +113,7 @@ mod tests {
             let here = thread::current().id();
             frames
                 .iter()
+                .filter(|f| f.width != 99) // width 99: no result (a broken engine)
                 .map(|f| {
                     assert!(f.width > 0, "probe: a frame of width 0");
                     self.seen.lock().unwrap().push((self.id, f.width, here));
@@ -195,6 +207,30 @@ mod tests {
         // The engines stay usable for the next batch.
         let again = analyze_spread(&mut engines, None, &refs[..2], 8);
         assert_eq!(scores(&again), [Some(1.0), Some(2.0)]);
+    }
+
+    #[test]
+    fn a_panic_on_the_calling_thread_fails_only_its_frames() {
+        let (mut engines, _) = probes(2);
+        let owned = frames(&[0, 2, 3, 4]);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        let results = analyze_spread(&mut engines, None, &refs, 8);
+        assert_eq!(scores(&results), [None, None, Some(3.0), Some(4.0)]);
+    }
+
+    #[test]
+    fn a_wrong_result_count_fails_its_run_and_shifts_nothing() {
+        let (mut engines, _) = probes(2);
+        let owned = frames(&[1, 99, 3, 4]);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        let results = analyze_spread(&mut engines, None, &refs, 8);
+        assert_eq!(scores(&results), [None, None, Some(3.0), Some(4.0)]);
+        let e = results[0].as_ref().unwrap_err();
+        assert!(
+            e.message().contains("1 results for 2 images"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]
