@@ -41,15 +41,18 @@ impl InstanceState {
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
+        let on_gpu;
+        let engine_settings = match place {
+            Place::OnnxCuda(device) => {
+                let mut gpu_settings = settings.clone();
+                gpu_settings.onnx.cuda_device = Some(device);
+                on_gpu = gpu_settings;
+                &on_gpu
+            }
+            _ => settings,
+        };
         let engines = (0..settings.batch_threads.max(1))
-            .map(|_| match place {
-                Place::OnnxCuda(device) => {
-                    let mut on_gpu = settings.clone();
-                    on_gpu.onnx.cuda_device = Some(device);
-                    new_engine(&on_gpu)
-                }
-                _ => new_engine(settings),
-            })
+            .map(|_| new_engine(engine_settings))
             .collect::<Result<Vec<_>>>()?;
         if let Some(warning) = place.warning() {
             log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));

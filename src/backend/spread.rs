@@ -20,8 +20,7 @@ pub fn analyze_spread(
     frames: &[&Frame],
     max_faces: usize,
 ) -> Vec<Result<Vec<Face>>> {
-    let threads = engines.len().min(frames.len()).max(1);
-    let run = per_thread(frames.len(), threads);
+    let run = per_thread(frames.len(), engines.len());
     let mut lanes = engines.iter_mut().zip(frames.chunks(run));
     let Some((own_engine, own_frames)) = lanes.next() else {
         return failed(frames.len(), "no engine for the batch"); // or no frames
@@ -47,9 +46,10 @@ pub fn analyze_spread(
     })
 }
 
-/// Frames per thread: as even as contiguous runs allow.
-fn per_thread(frames: usize, threads: usize) -> usize {
-    frames.div_ceil(threads).max(1)
+/// Frames per thread: as even as contiguous runs allow, never 0 (fewer
+/// frames than engines leave the extra engines idle).
+fn per_thread(frames: usize, engines: usize) -> usize {
+    frames.div_ceil(engines.max(1)).max(1)
 }
 
 fn lane(
@@ -164,6 +164,13 @@ mod tests {
             .collect()
     }
 
+    /// Frames of these widths through `analyze_spread`.
+    fn spread(engines: &mut [Box<dyn Engine>], widths: &[u32]) -> Vec<Result<Vec<Face>>> {
+        let owned = frames(widths);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        analyze_spread(engines, None, &refs, 8)
+    }
+
     fn scores(results: &[Result<Vec<Face>>]) -> Vec<Option<f32>> {
         results
             .iter()
@@ -174,9 +181,7 @@ mod tests {
     #[test]
     fn frames_run_in_contiguous_runs_on_their_own_threads_and_keep_their_order() {
         let (mut engines, seen) = probes(2);
-        let owned = frames(&[1, 2, 3, 4, 5]);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let results = spread(&mut engines, &[1, 2, 3, 4, 5]);
         let expected: Vec<Option<f32>> = (1..=5).map(|w| Some(w as f32)).collect();
         assert_eq!(scores(&results), expected);
 
@@ -195,9 +200,7 @@ mod tests {
     #[test]
     fn a_panic_fails_only_the_frames_of_its_thread() {
         let (mut engines, _) = probes(2);
-        let owned = frames(&[1, 2, 0, 4]);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let results = spread(&mut engines, &[1, 2, 0, 4]);
         assert_eq!(scores(&results), [Some(1.0), Some(2.0), None, None]);
         for failed in &results[2..] {
             let e = failed.as_ref().unwrap_err();
@@ -205,25 +208,21 @@ mod tests {
             assert!(e.message().contains("width 0"), "{}", e.message());
         }
         // The engines stay usable for the next batch.
-        let again = analyze_spread(&mut engines, None, &refs[..2], 8);
+        let again = spread(&mut engines, &[1, 2]);
         assert_eq!(scores(&again), [Some(1.0), Some(2.0)]);
     }
 
     #[test]
     fn a_panic_on_the_calling_thread_fails_only_its_frames() {
         let (mut engines, _) = probes(2);
-        let owned = frames(&[0, 2, 3, 4]);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let results = spread(&mut engines, &[0, 2, 3, 4]);
         assert_eq!(scores(&results), [None, None, Some(3.0), Some(4.0)]);
     }
 
     #[test]
     fn a_wrong_result_count_fails_its_run_and_shifts_nothing() {
         let (mut engines, _) = probes(2);
-        let owned = frames(&[1, 99, 3, 4]);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let results = spread(&mut engines, &[1, 99, 3, 4]);
         assert_eq!(scores(&results), [None, None, Some(3.0), Some(4.0)]);
         let e = results[0].as_ref().unwrap_err();
         assert!(
@@ -237,9 +236,7 @@ mod tests {
     fn one_engine_or_one_frame_stays_on_the_calling_thread() {
         for (engine_count, widths) in [(1, &[1, 2, 3][..]), (3, &[7][..])] {
             let (mut engines, seen) = probes(engine_count);
-            let owned = frames(widths);
-            let refs: Vec<&Frame> = owned.iter().collect();
-            let results = analyze_spread(&mut engines, None, &refs, 8);
+            let results = spread(&mut engines, widths);
             assert_eq!(results.len(), widths.len());
             let here = thread::current().id();
             assert!(seen
@@ -255,9 +252,7 @@ mod tests {
     #[test]
     fn more_engines_than_frames_use_one_thread_per_frame() {
         let (mut engines, seen) = probes(4);
-        let owned = frames(&[1, 2]);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        let results = analyze_spread(&mut engines, None, &refs, 8);
+        let results = spread(&mut engines, &[1, 2]);
         assert_eq!(scores(&results), [Some(1.0), Some(2.0)]);
         let mut ids: Vec<usize> = seen.lock().unwrap().iter().map(|&(id, _, _)| id).collect();
         ids.sort();
