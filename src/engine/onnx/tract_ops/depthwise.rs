@@ -12,6 +12,7 @@ use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
 use super::prelu::prelu_value;
+use super::Then;
 
 /// Stands in for a depthwise `Conv`: inputs data, kernel `[C, 1, kh, kw]`,
 /// bias (`C` values, or one for all), and with `Then::Prelu` the slopes.
@@ -25,17 +26,6 @@ pub struct DepthwiseConv {
     /// Before, then after, for height and width.
     pad_before: [usize; 2],
     pad_after: [usize; 2],
-}
-
-/// What is applied to each output value as it is written: saves the
-/// activation's own pass over the data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Then {
-    Nothing,
-    /// `max(v, 0)`, as tract's Relu.
-    Relu,
-    /// `v < 0 ? v * slope : v`, one slope per channel (a fourth input).
-    Prelu,
 }
 
 impl DepthwiseConv {

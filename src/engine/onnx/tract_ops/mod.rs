@@ -1,11 +1,14 @@
 //! Kernels of our own for the ops tract runs far from the hardware's speed
-//! on these models: depthwise convolutions (swapped in for tract's before
-//! it optimizes the graph) and PRelu (read from the ONNX file as our op).
-//! A Relu or PRelu right after a depthwise convolution is folded into its
-//! output pass. On the sample models they took tract from about 31 to 21 ms
-//! per frame.
+//! on these models: depthwise and 1x1 convolutions (swapped in for tract's
+//! before it optimizes the graph) and PRelu (read from the ONNX file as our
+//! op). A Relu or PRelu right after one of our convolutions is folded into
+//! its output pass. On the sample models the depthwise and PRelu kernels
+//! took tract from about 31 to 21 ms per frame, the 1x1 convolutions a
+//! further fifth off each model.
 
 mod depthwise;
+mod gemm;
+mod pointwise;
 mod prelu;
 
 use tract_onnx::prelude::*;
@@ -14,21 +17,34 @@ use tract_onnx::tract_core::ops::cnn::Conv;
 use tract_onnx::tract_core::ops::math::Max;
 use tract_onnx::tract_hir::internal::expand;
 
-use depthwise::{DepthwiseConv, Then};
+use depthwise::DepthwiseConv;
+use pointwise::PointwiseConv;
 use prelu::ChannelPrelu;
+
+/// What our convolutions apply to each output value as they write it: saves
+/// the activation's own pass over the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Then {
+    Nothing,
+    /// `max(v, 0)`, as tract's Relu.
+    Relu,
+    /// `v < 0 ? v * slope : v`, one slope per channel (a fourth input).
+    Prelu,
+}
 
 /// How many ops of one model run on our kernels, for the load log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnKernels {
     pub depthwise: usize,
+    pub pointwise: usize,
     pub prelu: usize,
 }
 
 impl OwnKernels {
     pub fn describe(&self) -> String {
         format!(
-            "{} depthwise convolutions, {} PRelu",
-            self.depthwise, self.prelu
+            "{} depthwise convolutions, {} pointwise convolutions, {} PRelu",
+            self.depthwise, self.pointwise, self.prelu
         )
     }
 }
@@ -41,47 +57,88 @@ pub(super) fn onnx() -> tract_onnx::Onnx {
     onnx
 }
 
-/// tract's optimization of a typed model, with our depthwise convolution in
-/// place of tract's wherever it applies and the Relu or PRelu after it
-/// folded in; what runs on our kernels, counted.
-pub(super) fn optimize(model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
+/// tract's optimization of a typed model, with our convolutions in place of
+/// tract's wherever they apply and the Relu or PRelu after them folded in;
+/// what runs on our kernels, counted.
+pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
+    // Before decluttering: tract turns 1x1 convolutions into matrix products there.
+    swap(&mut model, |conv: &Conv, input| {
+        PointwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _)
+    })?;
     let mut model = model.into_decluttered()?;
-    swap_depthwise(&mut model)?;
+    // After: tract has folded explicit padding into the convolutions.
+    swap(&mut model, |conv: &Conv, input| {
+        DepthwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _)
+    })?;
     while let Some(patch) = next_fusion(&model)? {
         patch.apply(&mut model)?;
         model.compact()?;
     }
     let model = model.into_optimized()?;
     // Counted in the optimized graph: what will actually run.
-    let dw = |n: &TypedNode| n.op_as::<DepthwiseConv>().map(|op| op.then);
+    let then = |n: &TypedNode| OurConv::of(n).map(|c| c.then());
+    let count = |f: &dyn Fn(&TypedNode) -> bool| model.nodes.iter().filter(|n| f(n)).count();
     let kernels = OwnKernels {
-        depthwise: model.nodes.iter().filter(|n| dw(n).is_some()).count(),
-        prelu: model
-            .nodes
-            .iter()
-            .filter(|n| n.op_is::<ChannelPrelu>() || dw(n) == Some(Then::Prelu))
-            .count(),
+        depthwise: count(&|n| n.op_is::<DepthwiseConv>()),
+        pointwise: count(&|n| n.op_is::<PointwiseConv>()),
+        prelu: count(&|n| n.op_is::<ChannelPrelu>() || then(n) == Some(Then::Prelu)),
     };
     Ok((model, kernels))
 }
 
-/// The next depthwise convolution whose only reader is a Relu or a per-channel
+/// One of our convolutions in a graph.
+enum OurConv<'a> {
+    Depthwise(&'a DepthwiseConv),
+    Pointwise(&'a PointwiseConv),
+}
+
+impl OurConv<'_> {
+    fn of(node: &TypedNode) -> Option<OurConv<'_>> {
+        node.op_as::<DepthwiseConv>()
+            .map(OurConv::Depthwise)
+            .or_else(|| node.op_as::<PointwiseConv>().map(OurConv::Pointwise))
+    }
+
+    fn then(&self) -> Then {
+        match self {
+            OurConv::Depthwise(c) => c.then,
+            OurConv::Pointwise(c) => c.then,
+        }
+    }
+
+    fn channel_axis(&self) -> usize {
+        match self {
+            OurConv::Depthwise(c) => c.channel_axis(),
+            OurConv::Pointwise(c) => c.channel_axis(),
+        }
+    }
+
+    /// The same convolution with `then` folded in.
+    fn with(&self, then: Then) -> Box<dyn TypedOp> {
+        match self {
+            OurConv::Depthwise(c) => Box::new((*c).clone().then(then)),
+            OurConv::Pointwise(c) => Box::new((*c).clone().then(then)),
+        }
+    }
+}
+
+/// The next of our convolutions whose only reader is a Relu or a per-channel
 /// PRelu, as a patch folding that activation into the convolution's output
 /// pass (one pass over the data instead of two); `None` when there is none.
 fn next_fusion(model: &TypedModel) -> TractResult<Option<TypedModelPatch>> {
     for node in &model.nodes {
-        let Some(dw) = node.op_as::<DepthwiseConv>() else {
+        let Some(conv) = OurConv::of(node) else {
             continue;
         };
         let out = OutletId::new(node.id, 0);
-        if dw.then != Then::Nothing || model.output_outlets()?.contains(&out) {
+        if conv.then() != Then::Nothing || model.output_outlets()?.contains(&out) {
             continue;
         }
         let Some(next) = model.single_succ(node.id)? else {
             continue;
         };
         let (then, slopes) = match next.op_as::<ChannelPrelu>() {
-            Some(p) if next.inputs[0] == out && p.axis == Some(dw.channel_axis()) => {
+            Some(p) if next.inputs[0] == out && p.axis == Some(conv.channel_axis()) => {
                 (Then::Prelu, Some(next.inputs[1]))
             }
             Some(_) => continue,
@@ -95,8 +152,8 @@ fn next_fusion(model: &TypedModel) -> TractResult<Option<TypedModelPatch>> {
             .chain(&slopes)
             .map(|o| patch.tap_model(model, *o))
             .collect::<TractResult<TVec<_>>>()?;
-        let op = dw.clone().then(then);
-        let fused = patch.wire_node(format!("{}+{}", node.name, next.name), op, &inputs)?;
+        let name = format!("{}+{}", node.name, next.name);
+        let fused = patch.wire_node(name, conv.with(then), &inputs)?;
         patch.shunt_outside(model, OutletId::new(next.id, 0), fused[0])?;
         return Ok(Some(patch));
     }
@@ -128,19 +185,23 @@ fn is_relu_of(model: &TypedModel, node: &TypedNode, x: OutletId) -> TractResult<
         && model.outlet_fact(OutletId::new(node.id, 0))?.shape == model.outlet_fact(x)?.shape)
 }
 
-/// Put our depthwise convolution in place of every float depthwise `Conv`
-/// it covers (in a decluttered model: shapes known).
-fn swap_depthwise(model: &mut TypedModel) -> TractResult<()> {
+/// Put `ours(op, input)` in place of every `O` (a convolution with its bias
+/// wired, or any other op) for which it gives an op.
+fn swap<O: TypedOp>(
+    model: &mut TypedModel,
+    ours: impl Fn(&O, &TypedFact) -> Option<Box<dyn TypedOp>>,
+) -> TractResult<()> {
     for id in 0..model.nodes.len() {
         let node = &model.nodes[id];
-        let Some(conv) = node.op_as::<Conv>() else {
+        let Some(op) = node.op_as::<O>() else {
             continue;
         };
-        if node.inputs.len() != 3 {
+        let conv = std::any::TypeId::of::<O>() == std::any::TypeId::of::<Conv>();
+        if node.inputs.is_empty() || (conv && node.inputs.len() != 3) {
             continue;
         }
-        if let Some(op) = DepthwiseConv::for_conv(conv, model.outlet_fact(node.inputs[0])?) {
-            model.node_mut(id).op = Box::new(op);
+        if let Some(op) = ours(op, model.outlet_fact(node.inputs[0])?) {
+            model.node_mut(id).op = op;
         }
     }
     Ok(())
@@ -190,16 +251,26 @@ mod tests {
             )
             .unwrap();
         let per_group = C / op.group;
-        let weights: Vec<f32> = (0..C * per_group * 9)
+        let [kh, kw] = [op.pool_spec.kernel_shape[0], op.pool_spec.kernel_shape[1]];
+        let weights: Vec<f32> = (0..C * per_group * kh * kw)
             .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
             .collect();
-        let k = Tensor::from_shape(&[C, per_group, 3, 3], &weights).unwrap();
+        let k = Tensor::from_shape(&[C, per_group, kh, kw], &weights).unwrap();
         let k = model.add_const("k", k).unwrap();
         let b = model.add_const("b", tensor1(&[0.25f32; C])).unwrap();
         let y = model.wire_node("conv", op, &[x, k, b]).unwrap()[0];
         let y = then(&mut model, y);
         model.select_output_outlets(&[y]).unwrap();
         model
+    }
+
+    /// A 1x1 convolution over C channels, as tract types an ONNX Conv.
+    fn pointwise() -> Conv {
+        let mut c = conv(1);
+        c.pool_spec.kernel_shape = tvec![1, 1];
+        c.pool_spec.padding = PaddingSpec::Valid;
+        c.pool_spec.strides = None;
+        c
     }
 
     fn relu(model: &mut TypedModel, x: OutletId) -> OutletId {
@@ -232,37 +303,42 @@ mod tests {
     }
 
     #[test]
-    fn relu_and_prelu_fold_into_the_depthwise_output_pass() {
-        for (then, wire) in [
+    fn relu_and_prelu_fold_into_our_convolutions_output_pass() {
+        let wires = [
             (
                 Then::Relu,
                 relu as fn(&mut TypedModel, OutletId) -> OutletId,
             ),
             (Then::Prelu, prelu),
+        ];
+        for (op, name) in [
+            (conv(C), "FaceDepthwiseConv"),
+            (pointwise(), "FacePointwiseConv"),
         ] {
-            let x = batch_input();
-            let theirs = run(model_then(conv(C), wire).into_optimized().unwrap(), &x);
-            let (fused, kernels) = optimize(model_then(conv(C), wire)).unwrap();
-            let ops: Vec<_> = fused.nodes.iter().map(|n| n.op.name()).collect();
-            let thens: Vec<_> = fused
-                .nodes
-                .iter()
-                .filter_map(|n| n.op_as::<DepthwiseConv>())
-                .map(|d| d.then)
-                .collect();
-            assert_eq!(thens, [then], "{ops:?}");
-            assert!(
-                !fused.nodes.iter().any(|n| n.op_is::<ChannelPrelu>()),
-                "{ops:?}"
-            );
-            // Nothing computes but the convolution: no Max, no PRelu left.
-            let computing: Vec<_> = ops
-                .iter()
-                .filter(|o| !["Source", "Const"].contains(&o.as_ref()))
-                .collect();
-            assert_eq!(computing, ["FaceDepthwiseConv"], "{ops:?}");
-            assert_eq!(kernels.prelu, (then == Then::Prelu) as usize);
-            assert_close(&run(fused, &x), &theirs);
+            for (then, wire) in wires {
+                let x = batch_input();
+                let theirs = run(model_then(op.clone(), wire).into_optimized().unwrap(), &x);
+                let (fused, kernels) = optimize(model_then(op.clone(), wire)).unwrap();
+                let ops: Vec<_> = fused.nodes.iter().map(|n| n.op.name()).collect();
+                let thens: Vec<_> = fused
+                    .nodes
+                    .iter()
+                    .filter_map(|n| OurConv::of(n).map(|c| c.then()))
+                    .collect();
+                assert_eq!(thens, [then], "{ops:?}");
+                assert!(
+                    !fused.nodes.iter().any(|n| n.op_is::<ChannelPrelu>()),
+                    "{ops:?}"
+                );
+                // Nothing computes but the convolution: no Max, no PRelu left.
+                let computing: Vec<_> = ops
+                    .iter()
+                    .filter(|o| !["Source", "Const"].contains(&o.as_ref()))
+                    .collect();
+                assert_eq!(computing, [name], "{ops:?}");
+                assert_eq!(kernels.prelu, (then == Then::Prelu) as usize);
+                assert_close(&run(fused, &x), &theirs);
+            }
         }
     }
 
@@ -271,20 +347,25 @@ mod tests {
     }
 
     #[test]
-    fn our_depthwise_convolution_agrees_with_tracts_on_a_batch() {
-        let x = batch_input();
-        let theirs = run(model(conv(C)).into_optimized().unwrap(), &x);
-        let (optimized, kernels) = optimize(model(conv(C))).unwrap();
-        assert_eq!(
-            kernels,
-            OwnKernels {
-                depthwise: 1,
-                prelu: 0
-            }
-        );
-        let ours = run(optimized, &x);
-        assert_eq!(ours.len(), 2 * C * 5 * 6);
-        assert_close(&ours, &theirs);
+    fn our_convolutions_agree_with_tracts_on_a_batch() {
+        let cases = [(conv(C), 5 * 6, (1, 0)), (pointwise(), 9 * 11, (0, 1))];
+        for (op, pixels, (depthwise, pointwise)) in cases {
+            let x = batch_input();
+            let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
+            let (optimized, kernels) = optimize(model(op)).unwrap();
+            let prelu = 0;
+            assert_eq!(
+                kernels,
+                OwnKernels {
+                    depthwise,
+                    pointwise,
+                    prelu
+                }
+            );
+            let ours = run(optimized, &x);
+            assert_eq!(ours.len(), 2 * C * pixels);
+            assert_close(&ours, &theirs);
+        }
     }
 
     #[test]
@@ -299,9 +380,35 @@ mod tests {
             c.pool_spec.padding = PaddingSpec::SameUpper;
             c
         };
-        for (what, op) in [("grouped", conv(4)), ("dilated", dilated), ("same", same)] {
-            let (_, kernels) = optimize(model(op)).unwrap();
-            assert_eq!(kernels.depthwise, 0, "{what}");
+        let strided_1x1 = {
+            let mut c = pointwise();
+            c.pool_spec.strides = Some(tvec![2, 2]);
+            c
+        };
+        let padded_1x1 = {
+            let mut c = pointwise();
+            c.pool_spec.padding = PaddingSpec::Explicit(tvec![1, 0], tvec![0, 0]);
+            c
+        };
+        let grouped_1x1 = {
+            let mut c = pointwise();
+            c.group = 2;
+            c
+        };
+        let cases = [
+            ("grouped", conv(4)),
+            ("dilated", dilated),
+            ("same", same),
+            ("strided 1x1", strided_1x1),
+            ("padded 1x1", padded_1x1),
+            ("grouped 1x1", grouped_1x1),
+        ];
+        for (what, op) in cases {
+            let x = batch_input();
+            let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
+            let (optimized, kernels) = optimize(model(op)).unwrap();
+            assert_eq!((kernels.depthwise, kernels.pointwise), (0, 0), "{what}");
+            assert_close(&run(optimized, &x), &theirs);
         }
     }
 }

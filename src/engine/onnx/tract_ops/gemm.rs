@@ -1,0 +1,297 @@
+//! `out = then(bias + w · x)` for a 1x1 convolution over channels-first data:
+//! `w` is the kernel as `m × k` rows, `x` one image as `k × n` (channels ×
+//! pixels), `out` as `m × n`. Neither operand is repacked: a tile of 6
+//! output channels × 16 pixels reads its 16 pixels of each input channel as
+//! two vector loads straight from the image (rows are contiguous) and its 6
+//! weights as broadcasts from the kernel's rows. That tile is the classic
+//! AVX2 register block (12 accumulators, 2 loads, a broadcast), so the loop
+//! is bound by the fused multiply-adds, not by memory; tract instead
+//! repacks the image on every run (a tenth of its time on these models).
+
+use super::prelu::prelu_value;
+use super::Then;
+
+/// Output channels per tile.
+const MR: usize = 6;
+/// Pixels per tile: two 8-lane vectors.
+const NR: usize = 16;
+/// Input channels per pass: 256 rows of a 16-pixel tile (16 KiB) stay in L1
+/// while every output channel's tile reads them; larger `k` is summed in
+/// passes over `out`.
+const KC: usize = 256;
+/// Values of the image a pass reads for every output channel before moving
+/// on (256 KiB: in L2 while the channels' tiles read it).
+const CHUNK: usize = 65536;
+
+/// One 1x1 convolution's weights and output step, checked by the caller:
+/// `w` has `m * k` values, `bias` `m` (or 1 for all), `slopes` `m` with
+/// `Then::Prelu`.
+pub(super) struct Gemm<'a> {
+    pub w: &'a [f32],
+    pub bias: &'a [f32],
+    pub slopes: &'a [f32],
+    pub then: Then,
+    pub m: usize,
+    pub k: usize,
+}
+
+/// Whether this CPU runs the vector kernel (else tract keeps the
+/// convolution: the plain loop below is for checking, not for speed).
+pub(super) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+impl Gemm<'_> {
+    /// One image: `x` holds `k × n` values, `out` `m × n`.
+    pub fn run(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        assert!(x.len() == self.k * n && out.len() == self.m * n);
+        #[cfg(target_arch = "x86_64")]
+        if available() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above); lengths checked.
+            unsafe { fma::run(self, x, n, out) };
+            return;
+        }
+        self.run_plain(x, n, out)
+    }
+
+    fn bias(&self, row: usize) -> f32 {
+        self.bias[if self.bias.len() == 1 { 0 } else { row }]
+    }
+
+    fn finish(&self, row: usize, v: f32) -> f32 {
+        match self.then {
+            Then::Nothing => v,
+            Then::Relu => v.max(0.0),
+            Then::Prelu => prelu_value(v, self.slopes[row]),
+        }
+    }
+
+    /// The same sums, one value at a time, in the same order of `k`.
+    pub fn run_plain(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        for (row, (out, w)) in out
+            .chunks_exact_mut(n)
+            .zip(self.w.chunks_exact(self.k))
+            .enumerate()
+        {
+            out.fill(self.bias(row));
+            for (wk, xk) in w.iter().zip(x.chunks_exact(n)) {
+                out.iter_mut().zip(xk).for_each(|(o, v)| *o += wk * v);
+            }
+            out.iter_mut().for_each(|o| *o = self.finish(row, *o));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use super::{Gemm, Then, CHUNK, KC, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// One pass of `kc` input channels over one tile of `out`.
+    struct Pass {
+        /// Start of the tile's `MR` kernel rows at this pass's first channel
+        /// (rows past `m` repeat the last one; their sums are dropped).
+        w: [*const f32; MR],
+        b: *const f32,
+        ldb: usize,
+        kc: usize,
+        /// First pass: start from the bias; later ones from `out`.
+        first: bool,
+        /// Last pass: apply the activation.
+        last: bool,
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run(g: &Gemm, x: &[f32], n: usize, out: &mut [f32]) {
+        let (m, k) = (g.m, g.k);
+        // The last pixels, when fewer than a tile, zero-padded to one.
+        let mut edge = vec![0f32; KC.min(k) * NR];
+        // A tile that does not fit `out` is computed here and copied.
+        let mut spare = [0f32; MR * NR];
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            let chunk = (CHUNK / kc).max(NR) / NR * NR;
+            for c0 in (0..n).step_by(chunk) {
+                let c1 = (c0 + chunk).min(n);
+                let whole = c0 + (c1 - c0) / NR * NR;
+                if whole < c1 {
+                    let cols = c1 - whole;
+                    for (row, src) in edge.chunks_exact_mut(NR).zip(x[k0 * n..].chunks(n)) {
+                        row[..cols].copy_from_slice(&src[whole..c1]);
+                        row[cols..].fill(0.0);
+                    }
+                }
+                for m0 in (0..m).step_by(MR) {
+                    let rows = MR.min(m - m0);
+                    let mut pass = Pass {
+                        w: std::array::from_fn(|i| g.w[(m0 + i.min(rows - 1)) * k + k0..].as_ptr()),
+                        b: edge.as_ptr(),
+                        ldb: NR,
+                        kc,
+                        first: k0 == 0,
+                        last: k0 + kc == k,
+                    };
+                    for n0 in (c0..c1).step_by(NR) {
+                        let cols = NR.min(c1 - n0);
+                        if cols == NR {
+                            (pass.b, pass.ldb) = (x[k0 * n + n0..].as_ptr(), n);
+                        } else {
+                            (pass.b, pass.ldb) = (edge.as_ptr(), NR);
+                        }
+                        let at = m0 * n + n0;
+                        if rows == MR && cols == NR {
+                            // SAFETY: a whole tile of `out` from `at`, rows `n` apart.
+                            unsafe { tile(g, &pass, m0, out[at..].as_mut_ptr(), n) };
+                            continue;
+                        }
+                        for (i, s) in spare.chunks_exact_mut(NR).take(rows).enumerate() {
+                            s[..cols].copy_from_slice(&out[at + i * n..][..cols]);
+                        }
+                        // SAFETY: `spare` is one tile, rows `NR` apart.
+                        unsafe { tile(g, &pass, m0, spare.as_mut_ptr(), NR) };
+                        for (i, s) in spare.chunks_exact(NR).take(rows).enumerate() {
+                            out[at + i * n..][..cols].copy_from_slice(&s[..cols]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `MR × NR` values of `out` at `c` (row stride `ldc`), output rows from
+    /// `m0`: the pass's sums added to the bias or to what `c` holds.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn tile(g: &Gemm, p: &Pass, m0: usize, c: *mut f32, ldc: usize) {
+        // SAFETY: `c` holds MR rows of NR values, `ldc` apart; the `w` rows
+        // and `b` hold `kc` values (rows `ldb` apart), as `run` sets them.
+        unsafe {
+            let row = |i: usize| (m0 + i).min(g.m - 1);
+            let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = if p.first {
+                    [_mm256_set1_ps(g.bias(row(i))); 2]
+                } else {
+                    let c = c.add(i * ldc);
+                    [_mm256_loadu_ps(c), _mm256_loadu_ps(c.add(8))]
+                };
+            }
+            let mut b = p.b;
+            for kk in 0..p.kc {
+                let b0 = _mm256_loadu_ps(b);
+                let b1 = _mm256_loadu_ps(b.add(8));
+                for (a, w) in acc.iter_mut().zip(p.w) {
+                    let s = _mm256_broadcast_ss(&*w.add(kk));
+                    a[0] = _mm256_fmadd_ps(s, b0, a[0]);
+                    a[1] = _mm256_fmadd_ps(s, b1, a[1]);
+                }
+                b = b.add(p.ldb);
+            }
+            let zero = _mm256_setzero_ps();
+            for (i, a) in acc.iter().enumerate() {
+                let c = c.add(i * ldc);
+                for (half, v) in a.iter().enumerate() {
+                    let v = match (p.last, g.then) {
+                        (false, _) | (true, Then::Nothing) => *v,
+                        (true, Then::Relu) => _mm256_max_ps(*v, zero),
+                        (true, Then::Prelu) => {
+                            let scaled = _mm256_mul_ps(*v, _mm256_set1_ps(g.slopes[row(i)]));
+                            _mm256_blendv_ps(*v, scaled, _mm256_cmp_ps::<_CMP_LT_OQ>(*v, zero))
+                        }
+                    };
+                    _mm256_storeu_ps(c.add(half * 8), v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 53) as f32 * 0.093 - 2.4)
+            .collect()
+    }
+
+    /// Every tile shape the loops meet: rows short of a tile, pixels short
+    /// of one (and of a chunk), input channels past one pass, each
+    /// activation, one bias or one per row.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_vector_kernel_gives_the_plain_sums() {
+        assert!(
+            available(),
+            "this test needs an x86-64 CPU with AVX2 and FMA"
+        );
+        let shapes = [
+            (1, 1, 1),
+            (6, 16, 16),
+            (7, 3, 17),
+            (5, 40, 15),
+            (13, 300, 40),
+            (12, 257, 33),
+            (4, 8, 9000),
+            (20, 520, 130),
+        ];
+        for (m, k, n) in shapes {
+            for then in [Then::Nothing, Then::Relu, Then::Prelu] {
+                for bias in [values(m, 3), vec![0.5]] {
+                    let (w, x, slopes) = (values(m * k, 1), values(k * n, 2), values(m, 4));
+                    let g = Gemm {
+                        w: &w,
+                        bias: &bias,
+                        slopes: &slopes,
+                        then,
+                        m,
+                        k,
+                    };
+                    let (mut fast, mut plain) = (vec![f32::NAN; m * n], vec![0.0; m * n]);
+                    g.run(&x, n, &mut fast);
+                    g.run_plain(&x, n, &mut plain);
+                    // The vector kernel rounds once per multiply-add: the sums
+                    // agree to float precision of their terms' magnitude.
+                    let scale = k as f32 * 2.4 * 2.5 + 2.5;
+                    for (i, (a, b)) in fast.iter().zip(&plain).enumerate() {
+                        assert!(
+                            (a - b).abs() <= 1e-6 * scale,
+                            "m{m} k{k} n{n} {then:?} at {i}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_sums_are_the_textbook_ones() {
+        // 2 output channels, 3 input channels, 2 pixels.
+        let w = [1.0, 2.0, 3.0, -1.0, 0.5, 0.0];
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let (bias, slopes) = ([0.5, -10.0], [0.0, 0.25]);
+        let mut out = [0.0; 4];
+        let g = |then| Gemm {
+            w: &w,
+            bias: &bias,
+            slopes: &slopes,
+            then,
+            m: 2,
+            k: 3,
+        };
+        g(Then::Nothing).run_plain(&x, 2, &mut out);
+        assert_eq!(out, [22.5, 28.5, -9.5, -10.0]);
+        g(Then::Relu).run_plain(&x, 2, &mut out);
+        assert_eq!(out, [22.5, 28.5, 0.0, 0.0]);
+        g(Then::Prelu).run_plain(&x, 2, &mut out);
+        assert_eq!(out, [22.5, 28.5, -9.5 * 0.25, -10.0 * 0.25]);
+    }
+}
