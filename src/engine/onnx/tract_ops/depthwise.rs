@@ -11,6 +11,8 @@ use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
+#[cfg(target_arch = "x86_64")]
+use super::prelu::activate;
 use super::prelu::prelu_value;
 use super::Then;
 
@@ -233,20 +235,21 @@ impl PlaneWork<'_> {
         for (plane, (src, dst)) in planes.enumerate() {
             let ch = plane % self.channels;
             let bias = weights.bias[if weights.bias.len() == 1 { 0 } else { ch }];
-            let finish = match self.geometry.conv.then {
-                Then::Nothing => Finish::Copy,
-                Then::Relu => Finish::Relu,
-                Then::Prelu => Finish::Prelu(weights.slopes[ch]),
+            let slope = match self.geometry.conv.then {
+                Then::Prelu => weights.slopes[ch],
+                _ => 0.0,
             };
             let kernel = &weights.kernel[ch * taps..][..taps];
             self.geometry
-                .plane(src, kernel, bias, dst, finish, &mut scratch);
+                .plane(src, (kernel, bias, slope), dst, &mut scratch);
         }
     }
 }
 
-/// Output values added to by every tap before moving on (8 KiB).
-const BLOCK: usize = 2048;
+/// Output values summed over every tap in registers before they are
+/// written (eight 8-lane vectors: eight independent chains of additions
+/// keep both adders busy).
+const BLOCK: usize = 64;
 
 /// One plane's sizes, for its tap loops.
 struct Geometry<'a> {
@@ -262,6 +265,8 @@ struct Scratch {
     phases: Vec<f32>,
     /// The output with rows as wide as a phase row.
     wide: Vec<f32>,
+    /// Where each tap's run starts in `phases`.
+    offsets: Vec<usize>,
 }
 
 impl Geometry<'_> {
@@ -272,13 +277,12 @@ impl Geometry<'_> {
     /// phase (ky % sy, kx % sx) shifted by (ky / sy, kx / sx), so over an
     /// output as wide as a phase row it is one multiply-add over a long
     /// contiguous run; the columns past the output's width are dropped.
+    /// `weights` are the plane's taps, bias and (with PRelu) slope.
     fn plane(
         &self,
         src: &[f32],
-        taps: &[f32],
-        bias: f32,
+        (taps, bias, slope): (&[f32], f32, f32),
         dst: &mut [f32],
-        finish: Finish,
         scratch: &mut Scratch,
     ) {
         let conv = self.conv;
@@ -291,11 +295,12 @@ impl Geometry<'_> {
         let phase_len = hq * wq;
         // Same positions in every plane: the padding stays zero, only the
         // interior is written. A tap's run may go past its phase by kx / sx
-        // values: slack.
+        // values, and the last block past the run: slack.
         let phases = &mut scratch.phases;
-        if phases.len() != sy * sx * phase_len + kw {
+        let len = sy * sx * phase_len + kw + BLOCK;
+        if phases.len() != len {
             phases.clear();
-            phases.resize(sy * sx * phase_len + kw, 0.0);
+            phases.resize(len, 0.0);
         }
         for (y, row) in src.chunks_exact(w).enumerate() {
             let py = y + pt;
@@ -321,44 +326,89 @@ impl Geometry<'_> {
             }
         }
         let run = ho * wq;
-        let wide = &mut scratch.wide;
-        wide.clear();
-        wide.resize(run, bias);
-        // A block of the output at a time, through every tap, so it stays
-        // in the L1 cache while the taps add to it.
-        for start in (0..run).step_by(BLOCK) {
-            let block = &mut wide[start..(start + BLOCK).min(run)];
-            for ky in 0..kh {
-                for kx in 0..kw {
-                    let phase = (ky % sy) * sx + kx % sx;
-                    let at = phase * phase_len + (ky / sy) * wq + kx / sx + start;
-                    axpy(block, taps[ky * kw + kx], &phases[at..at + block.len()]);
-                }
+        scratch.offsets.clear();
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let phase = (ky % sy) * sx + kx % sx;
+                (scratch.offsets).push(phase * phase_len + (ky / sy) * wq + kx / sx);
             }
         }
+        let wide = &mut scratch.wide;
+        wide.resize(run.next_multiple_of(BLOCK), 0.0);
+        let sums = Taps {
+            phases,
+            offsets: &scratch.offsets,
+            weights: taps,
+            bias,
+            then: (conv.then, slope),
+        };
+        for (b, block) in wide.chunks_exact_mut(BLOCK).enumerate() {
+            sums.block(b * BLOCK, block.try_into().expect("BLOCK values"));
+        }
         for (out, row) in dst.chunks_exact_mut(wo).zip(wide.chunks_exact(wq)) {
-            finish.write(&row[..wo], out);
+            out.copy_from_slice(&row[..wo]);
         }
     }
 }
 
-/// How a plane's values are written out.
-#[derive(Clone, Copy)]
-enum Finish {
-    Copy,
-    Relu,
-    Prelu(f32),
+/// One plane's sums over its taps, a block of the wide output at a time:
+/// `then(bias + w0 * x0 + w1 * x1 + ...)`, added in tap order.
+struct Taps<'a> {
+    phases: &'a [f32],
+    offsets: &'a [usize],
+    weights: &'a [f32],
+    bias: f32,
+    /// The activation and, with PRelu, the slope.
+    then: (Then, f32),
 }
 
-impl Finish {
-    fn write(self, from: &[f32], to: &mut [f32]) {
-        match self {
-            Finish::Copy => to.copy_from_slice(from),
-            Finish::Relu => to.iter_mut().zip(from).for_each(|(t, v)| *t = v.max(0.0)),
-            Finish::Prelu(s) => to
-                .iter_mut()
-                .zip(from)
-                .for_each(|(t, v)| *t = prelu_value(*v, s)),
+impl Taps<'_> {
+    /// The `BLOCK` values of the wide output from `start`. With AVX2 when
+    /// the CPU has it (the build targets baseline x86-64); no fused
+    /// multiply-add either way, so both give the same bits.
+    fn block(&self, start: usize, out: &mut [f32; BLOCK]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            unsafe { self.block_avx2(start, out) };
+            return;
+        }
+        self.block_plain(start, out)
+    }
+
+    fn block_plain(&self, start: usize, out: &mut [f32; BLOCK]) {
+        let (then, slope) = self.then;
+        for (i, o) in out.iter_mut().enumerate() {
+            let mut sum = self.bias;
+            for (&at, &w) in self.offsets.iter().zip(self.weights) {
+                sum += w * self.phases[at + start + i];
+            }
+            *o = match then {
+                Then::Nothing => sum,
+                Then::Relu => sum.max(0.0),
+                Then::Prelu => prelu_value(sum, slope),
+            };
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn block_avx2(&self, start: usize, out: &mut [f32; BLOCK]) {
+        use std::arch::x86_64::*;
+        let mut sums = [_mm256_set1_ps(self.bias); BLOCK / 8];
+        for (&at, &w) in self.offsets.iter().zip(self.weights) {
+            let x = &self.phases[at + start..][..BLOCK];
+            let w = _mm256_set1_ps(w);
+            for (sum, x) in sums.iter_mut().zip(x.chunks_exact(8)) {
+                // SAFETY: `x` holds 8 values.
+                let x = unsafe { _mm256_loadu_ps(x.as_ptr()) };
+                *sum = _mm256_add_ps(*sum, _mm256_mul_ps(w, x));
+            }
+        }
+        for (sum, out) in sums.iter().zip(out.chunks_exact_mut(8)) {
+            let (then, slope) = self.then;
+            // SAFETY: `out` holds 8 values.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), activate(*sum, then, slope)) };
         }
     }
 }
@@ -385,32 +435,6 @@ fn split_pairs(row: &[f32], pl: usize, rows: &mut [f32], phase_len: usize) {
     }
     if row.len() % 2 == 1 {
         even_x[row.len() / 2] = row[row.len() - 1];
-    }
-}
-
-/// `out += weight * x`, elementwise: one tap over a plane. With AVX2 when
-/// the CPU has it (the build targets baseline x86-64); no fused multiply-add
-/// either way, so both give the same bits.
-fn axpy(out: &mut [f32], weight: f32, x: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2, checked just above.
-        unsafe { axpy_avx2(out, weight, x) };
-        return;
-    }
-    axpy_plain(out, weight, x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn axpy_avx2(out: &mut [f32], weight: f32, x: &[f32]) {
-    axpy_plain(out, weight, x)
-}
-
-#[inline(always)]
-fn axpy_plain(out: &mut [f32], weight: f32, x: &[f32]) {
-    for (o, v) in out.iter_mut().zip(x) {
-        *o += weight * v;
     }
 }
 

@@ -91,6 +91,7 @@ impl Gemm<'_> {
 
 #[cfg(target_arch = "x86_64")]
 mod fma {
+    use super::super::prelu::activate;
     use super::{Gemm, Then, CHUNK, KC, MR, NR};
     use std::arch::x86_64::*;
 
@@ -194,18 +195,17 @@ mod fma {
                 }
                 b = b.add(p.ldb);
             }
-            let zero = _mm256_setzero_ps();
+            // The activation only once every input channel is summed.
+            let then = if p.last { g.then } else { Then::Nothing };
             for (i, a) in acc.iter().enumerate() {
                 let c = c.add(i * ldc);
+                let slope = if then == Then::Prelu {
+                    g.slopes[row(i)]
+                } else {
+                    0.0
+                };
                 for (half, v) in a.iter().enumerate() {
-                    let v = match (p.last, g.then) {
-                        (false, _) | (true, Then::Nothing) => *v,
-                        (true, Then::Relu) => _mm256_max_ps(*v, zero),
-                        (true, Then::Prelu) => {
-                            let scaled = _mm256_mul_ps(*v, _mm256_set1_ps(g.slopes[row(i)]));
-                            _mm256_blendv_ps(*v, scaled, _mm256_cmp_ps::<_CMP_LT_OQ>(*v, zero))
-                        }
-                    };
+                    let v = activate(*v, then, slope);
                     _mm256_storeu_ps(c.add(half * 8), v);
                 }
             }

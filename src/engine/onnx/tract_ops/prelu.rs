@@ -193,6 +193,28 @@ pub(super) fn prelu_value(v: f32, slope: f32) -> f32 {
     }
 }
 
+/// `then` on eight values at once, as our convolutions write them: Relu as
+/// `f32::max(v, 0)` (0 for NaN), PRelu as [`prelu_value`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) fn activate(
+    v: std::arch::x86_64::__m256,
+    then: super::Then,
+    slope: f32,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let zero = _mm256_setzero_ps();
+    match then {
+        super::Then::Nothing => v,
+        // max_ps gives its second operand when either is NaN.
+        super::Then::Relu => _mm256_max_ps(v, zero),
+        super::Then::Prelu => {
+            let scaled = _mm256_mul_ps(v, _mm256_set1_ps(slope));
+            _mm256_blendv_ps(v, scaled, _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::test_models::{first_output, prelu_model, slopes, test_input, SIDE};
