@@ -63,6 +63,8 @@ def test_load_log_says_what_was_cleaned(engine, cleaned, untouched):
         # AVX2 and FMA: 32 in the sample embedder (all but the last, on one pixel).
         pointwise = kernels["embedder"][1]
         assert pointwise == (31 if has_avx2_fma() else 0), kernels
+        # The detector's class scores: one softmax over rows of two.
+        assert kernels["detector"][3] == 1, kernels
         assert own_kernels(untouched) == kernels, "the untouched models run on other kernels"
     assert counts["landmarks"][0] > 0, line
     assert hygiene_line(untouched).startswith("model hygiene off;"), hygiene_line(untouched)
@@ -73,16 +75,16 @@ def has_avx2_fma() -> bool:
     return bool(flags) and {"avx2", "fma"} <= set(flags.group(1).split())
 
 
-def own_kernels(server) -> dict[str, tuple[int, int, int]]:
-    """(depthwise, pointwise convolutions, PRelu) of each model on the engine's own tract
-    kernels."""
+def own_kernels(server) -> dict[str, tuple[int, int, int, int]]:
+    """(depthwise, pointwise convolutions, PRelu, softmax) of each model on the engine's own
+    tract kernels."""
     found = re.search(r"on the engine's own kernels in tract: ([^\n]*)", server.log_text())
     assert found, f"no own kernels in tract in the load log:\n{server.log_tail()}"
     return {
-        role: (int(dw), int(pw), int(prelu))
-        for role, dw, pw, prelu in re.findall(
+        role: (int(dw), int(pw), int(prelu), int(softmax))
+        for role, dw, pw, prelu, softmax in re.findall(
             r"(detector|landmarks|embedder): (\d+) depthwise convolutions, "
-            r"(\d+) pointwise convolutions, (\d+) PRelu",
+            r"(\d+) pointwise convolutions, (\d+) PRelu, (\d+) softmax",
             found.group(1),
         )
     }

@@ -10,16 +10,19 @@ mod depthwise;
 mod gemm;
 mod pointwise;
 mod prelu;
+mod softmax;
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cnn::Conv;
 use tract_onnx::tract_core::ops::math::Max;
+use tract_onnx::tract_core::ops::nn::Softmax;
 use tract_onnx::tract_hir::internal::expand;
 
 use depthwise::DepthwiseConv;
 use pointwise::PointwiseConv;
 use prelu::ChannelPrelu;
+use softmax::ShortSoftmax;
 
 /// What our convolutions apply to each output value as they write it: saves
 /// the activation's own pass over the data.
@@ -38,13 +41,14 @@ pub struct OwnKernels {
     pub depthwise: usize,
     pub pointwise: usize,
     pub prelu: usize,
+    pub softmax: usize,
 }
 
 impl OwnKernels {
     pub fn describe(&self) -> String {
         format!(
-            "{} depthwise convolutions, {} pointwise convolutions, {} PRelu",
-            self.depthwise, self.pointwise, self.prelu
+            "{} depthwise convolutions, {} pointwise convolutions, {} PRelu, {} softmax",
+            self.depthwise, self.pointwise, self.prelu, self.softmax
         )
     }
 }
@@ -70,6 +74,9 @@ pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKer
     swap(&mut model, |conv: &Conv, input| {
         DepthwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _)
     })?;
+    swap(&mut model, |softmax: &Softmax, input| {
+        ShortSoftmax::for_softmax(softmax, input).map(|op| Box::new(op) as _)
+    })?;
     while let Some(patch) = next_fusion(&model)? {
         patch.apply(&mut model)?;
         model.compact()?;
@@ -82,6 +89,7 @@ pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKer
         depthwise: count(&|n| n.op_is::<DepthwiseConv>()),
         pointwise: count(&|n| n.op_is::<PointwiseConv>()),
         prelu: count(&|n| n.op_is::<ChannelPrelu>() || then(n) == Some(Then::Prelu)),
+        softmax: count(&|n| n.op_is::<ShortSoftmax>()),
     };
     Ok((model, kernels))
 }
@@ -359,7 +367,8 @@ mod tests {
                 OwnKernels {
                     depthwise,
                     pointwise,
-                    prelu
+                    prelu,
+                    softmax: 0
                 }
             );
             let ours = run(optimized, &x);
