@@ -22,6 +22,13 @@ pub mod result;
 pub mod sequence;
 pub mod triton;
 
+/// Every Rust allocation of the backend (tract's tensors above all) comes
+/// from mimalloc, which keeps freed pages for the next run; glibc's malloc
+/// handed the large ones back to the kernel, so each run paid about 1,400
+/// page faults. The server's own allocations keep their allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use backend::instance::InstanceState;
 use backend::model::ModelState;
 use triton::{BackendHandle, InstanceHandle, ModelHandle};
