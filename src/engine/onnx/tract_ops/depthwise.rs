@@ -8,12 +8,13 @@
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::*;
-use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat, PaddingSpec};
+use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
 #[cfg(target_arch = "x86_64")]
 use super::prelu::activate;
 use super::prelu::prelu_value;
+use super::window::{channel_axis, check_rank, Window};
 use super::Then;
 
 /// Stands in for a depthwise `Conv`: inputs data, kernel `[C, 1, kh, kw]`,
@@ -23,11 +24,7 @@ pub struct DepthwiseConv {
     /// The activation folded into the output pass (mod.rs fuses it).
     pub then: Then,
     format: DataFormat,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    /// Before, then after, for height and width.
-    pad_before: [usize; 2],
-    pad_after: [usize; 2],
+    window: Window,
 }
 
 impl DepthwiseConv {
@@ -47,29 +44,10 @@ impl DepthwiseConv {
         if !plain {
             return None;
         }
-        let (before, after) = match &spec.padding {
-            PaddingSpec::Explicit(b, a) => (b.clone(), a.clone()),
-            PaddingSpec::Valid => (tvec![0, 0], tvec![0, 0]),
-            _ => return None,
-        };
-        let stride = spec.strides.clone().unwrap_or_else(|| tvec![1, 1]);
-        let shape = spec.data_format.shape(input.shape.to_tvec()).ok()?;
-        // Height and width must be known to plan the rows.
-        shape
-            .hw_dims()
-            .iter()
-            .try_for_each(|d| d.to_usize().map(drop))
-            .ok()?;
-        // Two values each, none zero where a zero would divide or be empty.
-        let pair = |v: &[usize]| -> Option<[usize; 2]> { v.try_into().ok() };
-        let positive = |v: &[usize]| pair(v).filter(|p| p.iter().all(|&x| x > 0));
         Some(DepthwiseConv {
             then: Then::Nothing,
             format: spec.data_format,
-            kernel: positive(&spec.kernel_shape)?,
-            stride: positive(&stride)?,
-            pad_before: pair(&before)?,
-            pad_after: pair(&after)?,
+            window: Window::of(spec, input)?,
         })
     }
 
@@ -80,24 +58,13 @@ impl DepthwiseConv {
 
     /// The channel axis of the data (and of the output).
     pub fn channel_axis(&self) -> usize {
-        self.format.has_n() as usize
-    }
-
-    /// Data of (N,) C, H, W: anything else is an error, never an index out
-    /// of bounds in the shape helpers.
-    fn check_rank(&self, rank: usize) -> TractResult<()> {
-        let expected = 3 + self.format.has_n() as usize;
-        ensure!(
-            rank == expected,
-            "depthwise convolution: data of rank {rank}, expected {expected}"
-        );
-        Ok(())
+        channel_axis(self.format)
     }
 
     /// The weights fit `c` channels: a kernel each, a bias each (or one for
     /// all) and, with PRelu, a slope each.
     fn check_weights(&self, weights: &Weights, c: usize) -> TractResult<()> {
-        let taps = self.kernel[0] * self.kernel[1];
+        let taps = self.window.taps();
         ensure!(
             weights.kernel.len() == c * taps,
             "depthwise kernel does not match {c} channels"
@@ -113,20 +80,6 @@ impl DepthwiseConv {
         );
         Ok(())
     }
-
-    /// Output height and width for an input of `h` x `w`.
-    fn output_hw(&self, h: usize, w: usize) -> TractResult<[usize; 2]> {
-        let mut out = [0; 2];
-        for (axis, size) in [h, w].into_iter().enumerate() {
-            let padded = size + self.pad_before[axis] + self.pad_after[axis];
-            ensure!(
-                padded >= self.kernel[axis],
-                "depthwise convolution: input {h}x{w} smaller than its kernel"
-            );
-            out[axis] = (padded - self.kernel[axis]) / self.stride[axis] + 1;
-        }
-        Ok(out)
-    }
 }
 
 impl Op for DepthwiseConv {
@@ -135,10 +88,7 @@ impl Op for DepthwiseConv {
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!(
-            "kernel {:?} stride {:?} pad {:?}/{:?}",
-            self.kernel, self.stride, self.pad_before, self.pad_after
-        )])
+        Ok(vec![format!("{:?}", self.window)])
     }
 
     fn validation(&self) -> Validation {
@@ -158,7 +108,7 @@ impl EvalOp for DepthwiseConv {
             _ => None,
         };
         let (data, kernel, bias) = args_3!(inputs);
-        self.check_rank(data.rank())?;
+        check_rank(self.format, data.rank(), "depthwise convolution")?;
         let shape = self.format.shape(data.shape().to_vec())?;
         let c = *shape.c();
         let [h, w] = [shape.hw_dims()[0], shape.hw_dims()[1]];
@@ -172,7 +122,7 @@ impl EvalOp for DepthwiseConv {
             },
         };
         self.check_weights(&weights, c)?;
-        let [ho, wo] = self.output_hw(h, w)?;
+        let [ho, wo] = self.window.output_hw(h, w)?;
         let mut out_shape = data.shape().to_vec();
         out_shape[data.rank() - 2..].copy_from_slice(&[ho, wo]);
         let mut output = Tensor::zero::<f32>(&out_shape)?;
@@ -200,9 +150,9 @@ impl TypedOp for DepthwiseConv {
         );
         let mut shape = inputs[0].shape.to_tvec();
         let rank = shape.len();
-        self.check_rank(rank)?;
+        check_rank(self.format, rank, "depthwise convolution")?;
         let (h, w) = (shape[rank - 2].to_usize()?, shape[rank - 1].to_usize()?);
-        let [ho, wo] = self.output_hw(h, w)?;
+        let [ho, wo] = self.window.output_hw(h, w)?;
         shape[rank - 2] = ho.into();
         shape[rank - 1] = wo.into();
         Ok(tvec!(f32::fact(shape)))
@@ -228,7 +178,7 @@ impl PlaneWork<'_> {
     fn run(&self, input: &[f32], weights: &Weights, out: &mut [f32]) {
         let [h, w] = self.geometry.input;
         let [ho, wo] = self.geometry.output;
-        let [kh, kw] = self.geometry.conv.kernel;
+        let [kh, kw] = self.geometry.conv.window.kernel;
         let taps = kh * kw;
         let mut scratch = Scratch::default();
         let planes = input.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo));
@@ -287,10 +237,11 @@ impl Geometry<'_> {
     ) {
         let conv = self.conv;
         let ([h, w], [ho, wo]) = (self.input, self.output);
-        let ([kh, kw], [sy, sx]) = (conv.kernel, conv.stride);
-        let [pt, pl] = conv.pad_before;
-        let hp = h + pt + conv.pad_after[0];
-        let wp = w + pl + conv.pad_after[1];
+        let window = &conv.window;
+        let ([kh, kw], [sy, sx]) = (window.kernel, window.stride);
+        let [pt, pl] = window.pad_before;
+        let hp = h + pt + window.pad_after[0];
+        let wp = w + pl + window.pad_after[1];
         let (hq, wq) = (hp.div_ceil(sy), wp.div_ceil(sx));
         let phase_len = hq * wq;
         // Same positions in every plane: the padding stays zero, only the
@@ -458,47 +409,29 @@ mod tests {
         DepthwiseConv {
             then: Then::Nothing,
             format: DataFormat::NCHW,
-            kernel,
-            stride,
-            pad_before: before,
-            pad_after: after,
+            window: Window {
+                kernel,
+                stride,
+                dilation: [1, 1],
+                pad_before: before,
+                pad_after: after,
+            },
         }
     }
 
-    /// The textbook sum, tap by tap in row order, taps outside the input
-    /// left out.
+    /// The textbook sum, tap by tap in row order.
     fn textbook(
         dw: &DepthwiseConv,
         x: &[f32],
-        [n, c, h, w]: [usize; 4],
+        shape: [usize; 4],
         k: &[f32],
         b: &[f32],
     ) -> Vec<f32> {
-        let [ho, wo] = dw.output_hw(h, w).unwrap();
-        let [kh, kw] = dw.kernel;
-        let mut out = Vec::new();
-        for plane in 0..n * c {
-            let ch = plane % c;
-            for oy in 0..ho {
-                for ox in 0..wo {
-                    let mut sum = b[ch];
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            let iy = (oy * dw.stride[0] + ky).checked_sub(dw.pad_before[0]);
-                            let ix = (ox * dw.stride[1] + kx).checked_sub(dw.pad_before[1]);
-                            if let (Some(iy), Some(ix)) = (iy, ix) {
-                                if iy < h && ix < w {
-                                    sum += k[ch * kh * kw + ky * kw + kx]
-                                        * x[(plane * h + iy) * w + ix];
-                                }
-                            }
-                        }
-                    }
-                    out.push(sum);
-                }
-            }
-        }
-        out
+        let c = shape[1];
+        let b: Vec<f32> = (0..c)
+            .map(|ch| b[if b.len() == 1 { 0 } else { ch }])
+            .collect();
+        super::super::window::textbook::conv(&dw.window, c, x, shape, (k, &b, c))
     }
 
     fn eval(
@@ -509,7 +442,7 @@ mod tests {
         b: &[f32],
     ) -> (Vec<usize>, Vec<f32>) {
         let [_, c, ..] = shape;
-        let [kh, kw] = dw.kernel;
+        let [kh, kw] = dw.window.kernel;
         let inputs = tvec![
             Tensor::from_shape(&shape, x).unwrap().into_tvalue(),
             Tensor::from_shape(&[c, 1, kh, kw], k)
@@ -552,12 +485,12 @@ mod tests {
         ];
         for (dw, shape) in cases {
             let [n, c, h, w] = shape;
-            let [kh, kw] = dw.kernel;
+            let [kh, kw] = dw.window.kernel;
             let x = values(n * c * h * w, 1);
             let k = values(c * kh * kw, 2);
             let b = values(c, 3);
             let (out_shape, got) = eval(&dw, &x, shape, &k, &b);
-            let [ho, wo] = dw.output_hw(h, w).unwrap();
+            let [ho, wo] = dw.window.output_hw(h, w).unwrap();
             assert_eq!(out_shape, [n, c, ho, wo], "{dw:?}");
             assert_eq!(got, textbook(&dw, &x, shape, &k, &b), "{dw:?} on {shape:?}");
         }

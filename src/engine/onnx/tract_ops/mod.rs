@@ -8,9 +8,10 @@
 
 mod depthwise;
 mod gemm;
-mod pointwise;
+mod gemm_conv;
 mod prelu;
 mod softmax;
+mod window;
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -20,7 +21,7 @@ use tract_onnx::tract_core::ops::nn::Softmax;
 use tract_onnx::tract_hir::internal::expand;
 
 use depthwise::DepthwiseConv;
-use pointwise::PointwiseConv;
+use gemm_conv::GemmConv;
 use prelu::ChannelPrelu;
 use softmax::ShortSoftmax;
 
@@ -40,6 +41,7 @@ pub enum Then {
 pub struct OwnKernels {
     pub depthwise: usize,
     pub pointwise: usize,
+    pub im2col: usize,
     pub prelu: usize,
     pub softmax: usize,
 }
@@ -47,8 +49,9 @@ pub struct OwnKernels {
 impl OwnKernels {
     pub fn describe(&self) -> String {
         format!(
-            "{} depthwise convolutions, {} pointwise convolutions, {} PRelu, {} softmax",
-            self.depthwise, self.pointwise, self.prelu, self.softmax
+            "{} depthwise convolutions, {} pointwise convolutions, {} im2col convolutions, \
+             {} PRelu, {} softmax",
+            self.depthwise, self.pointwise, self.im2col, self.prelu, self.softmax
         )
     }
 }
@@ -67,12 +70,13 @@ pub(super) fn onnx() -> tract_onnx::Onnx {
 pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
     // Before decluttering: tract turns 1x1 convolutions into matrix products there.
     swap(&mut model, |conv: &Conv, input| {
-        PointwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _)
+        GemmConv::pointwise(conv, input).map(|op| Box::new(op) as _)
     })?;
     let mut model = model.into_decluttered()?;
     // After: tract has folded explicit padding into the convolutions.
     swap(&mut model, |conv: &Conv, input| {
-        DepthwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _)
+        (DepthwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _))
+            .or_else(|| GemmConv::im2col(conv, input).map(|op| Box::new(op) as _))
     })?;
     swap(&mut model, |softmax: &Softmax, input| {
         ShortSoftmax::for_softmax(softmax, input).map(|op| Box::new(op) as _)
@@ -87,7 +91,8 @@ pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKer
     let count = |f: &dyn Fn(&TypedNode) -> bool| model.nodes.iter().filter(|n| f(n)).count();
     let kernels = OwnKernels {
         depthwise: count(&|n| n.op_is::<DepthwiseConv>()),
-        pointwise: count(&|n| n.op_is::<PointwiseConv>()),
+        pointwise: count(&|n| n.op_as::<GemmConv>().is_some_and(|c| c.window.is_none())),
+        im2col: count(&|n| n.op_as::<GemmConv>().is_some_and(|c| c.window.is_some())),
         prelu: count(&|n| n.op_is::<ChannelPrelu>() || then(n) == Some(Then::Prelu)),
         softmax: count(&|n| n.op_is::<ShortSoftmax>()),
     };
@@ -97,27 +102,27 @@ pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKer
 /// One of our convolutions in a graph.
 enum OurConv<'a> {
     Depthwise(&'a DepthwiseConv),
-    Pointwise(&'a PointwiseConv),
+    Gemm(&'a GemmConv),
 }
 
 impl OurConv<'_> {
     fn of(node: &TypedNode) -> Option<OurConv<'_>> {
         node.op_as::<DepthwiseConv>()
             .map(OurConv::Depthwise)
-            .or_else(|| node.op_as::<PointwiseConv>().map(OurConv::Pointwise))
+            .or_else(|| node.op_as::<GemmConv>().map(OurConv::Gemm))
     }
 
     fn then(&self) -> Then {
         match self {
             OurConv::Depthwise(c) => c.then,
-            OurConv::Pointwise(c) => c.then,
+            OurConv::Gemm(c) => c.then,
         }
     }
 
     fn channel_axis(&self) -> usize {
         match self {
             OurConv::Depthwise(c) => c.channel_axis(),
-            OurConv::Pointwise(c) => c.channel_axis(),
+            OurConv::Gemm(c) => c.channel_axis(),
         }
     }
 
@@ -125,7 +130,7 @@ impl OurConv<'_> {
     fn with(&self, then: Then) -> Box<dyn TypedOp> {
         match self {
             OurConv::Depthwise(c) => Box::new((*c).clone().then(then)),
-            OurConv::Pointwise(c) => Box::new((*c).clone().then(then)),
+            OurConv::Gemm(c) => Box::new((*c).clone().then(then)),
         }
     }
 }
@@ -321,7 +326,8 @@ mod tests {
         ];
         for (op, name) in [
             (conv(C), "FaceDepthwiseConv"),
-            (pointwise(), "FacePointwiseConv"),
+            (pointwise(), "FaceGemmConv"),
+            (conv(1), "FaceGemmConv"),
         ] {
             for (then, wire) in wires {
                 let x = batch_input();
@@ -354,51 +360,67 @@ mod tests {
         first_output(model, x.clone())
     }
 
+    /// `conv` with its padding, stride or dilation changed.
+    fn with(mut c: Conv, change: fn(&mut PoolSpec)) -> Conv {
+        change(&mut c.pool_spec);
+        c
+    }
+
     #[test]
     fn our_convolutions_agree_with_tracts_on_a_batch() {
-        let cases = [(conv(C), 5 * 6, (1, 0)), (pointwise(), 9 * 11, (0, 1))];
-        for (op, pixels, (depthwise, pointwise)) in cases {
+        // (depthwise, pointwise, im2col) convolutions ours, output pixels.
+        let cases = [
+            ("depthwise", conv(C), (1, 0, 0), 5 * 6),
+            ("1x1", pointwise(), (0, 1, 0), 9 * 11),
+            ("3x3 stride 2", conv(1), (0, 0, 1), 5 * 6),
+            (
+                "3x3 dilated 2, padded 2",
+                with(conv(1), |p| {
+                    p.strides = None;
+                    p.dilations = Some(tvec![2, 2]);
+                    p.padding = PaddingSpec::Explicit(tvec![2, 2], tvec![2, 2]);
+                }),
+                (0, 0, 1),
+                9 * 11,
+            ),
+            (
+                "3x3 stride 1x3, uneven padding",
+                with(conv(1), |p| {
+                    p.strides = Some(tvec![1, 3]);
+                    p.padding = PaddingSpec::Explicit(tvec![0, 2], tvec![1, 0]);
+                }),
+                (0, 0, 1),
+                8 * 4,
+            ),
+            (
+                "padded 1x1",
+                with(pointwise(), |p| {
+                    p.padding = PaddingSpec::Explicit(tvec![1, 0], tvec![0, 0])
+                }),
+                (0, 0, 1),
+                10 * 11,
+            ),
+        ];
+        for (what, op, (depthwise, pointwise, im2col), pixels) in cases {
             let x = batch_input();
             let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
             let (optimized, kernels) = optimize(model(op)).unwrap();
-            let prelu = 0;
-            assert_eq!(
-                kernels,
-                OwnKernels {
-                    depthwise,
-                    pointwise,
-                    prelu,
-                    softmax: 0
-                }
-            );
+            let expected = OwnKernels {
+                depthwise,
+                pointwise,
+                im2col,
+                prelu: 0,
+                softmax: 0,
+            };
+            assert_eq!(kernels, expected, "{what}");
             let ours = run(optimized, &x);
-            assert_eq!(ours.len(), 2 * C * pixels);
+            assert_eq!(ours.len(), 2 * C * pixels, "{what}");
             assert_close(&ours, &theirs);
         }
     }
 
     #[test]
     fn convolutions_it_does_not_cover_stay_tracts() {
-        let dilated = {
-            let mut c = conv(C);
-            c.pool_spec.dilations = Some(tvec![2, 2]);
-            c
-        };
-        let same = {
-            let mut c = conv(C);
-            c.pool_spec.padding = PaddingSpec::SameUpper;
-            c
-        };
-        let strided_1x1 = {
-            let mut c = pointwise();
-            c.pool_spec.strides = Some(tvec![2, 2]);
-            c
-        };
-        let padded_1x1 = {
-            let mut c = pointwise();
-            c.pool_spec.padding = PaddingSpec::Explicit(tvec![1, 0], tvec![0, 0]);
-            c
-        };
         let grouped_1x1 = {
             let mut c = pointwise();
             c.group = 2;
@@ -406,17 +428,25 @@ mod tests {
         };
         let cases = [
             ("grouped", conv(4)),
-            ("dilated", dilated),
-            ("same", same),
-            ("strided 1x1", strided_1x1),
-            ("padded 1x1", padded_1x1),
             ("grouped 1x1", grouped_1x1),
+            (
+                "dilated depthwise",
+                with(conv(C), |p| p.dilations = Some(tvec![2, 2])),
+            ),
+            (
+                "same",
+                with(conv(C), |p| p.padding = PaddingSpec::SameUpper),
+            ),
+            (
+                "same, one group",
+                with(conv(1), |p| p.padding = PaddingSpec::SameUpper),
+            ),
         ];
         for (what, op) in cases {
             let x = batch_input();
             let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
             let (optimized, kernels) = optimize(model(op)).unwrap();
-            assert_eq!((kernels.depthwise, kernels.pointwise), (0, 0), "{what}");
+            assert_eq!(kernels, OwnKernels::default(), "{what}");
             assert_close(&run(optimized, &x), &theirs);
         }
     }
