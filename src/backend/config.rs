@@ -259,7 +259,12 @@ impl Settings {
             mut limits,
             ..
         } = draft;
-        settings.batched = config_u64(config, "", "max_batch_size")? > 0;
+        let max_batch = config_u64(config, "", "max_batch_size")?;
+        settings.batched = max_batch > 0;
+        // An Execute holds at most max_batch_size images: threads beyond that
+        // would never get work, and each holds a copy of the engine.
+        let most = usize::try_from(max_batch.max(1)).unwrap_or(usize::MAX);
+        settings.batch_threads = settings.batch_threads.clamp(1, most);
         if let Some(batching) = config.get("sequence_batching") {
             let key = "max_sequence_idle_microseconds";
             // 0 (or absent) is Triton's "unset": its own default holds.
@@ -335,6 +340,23 @@ mod tests {
 
     fn load(config: &Value) -> Result<Settings> {
         Settings::from_config(config, Path::new("/m"), Path::new("/m/1"))
+    }
+
+    #[test]
+    fn batch_threads_never_exceed_the_batch() {
+        let threads = |n: &str, max_batch: u64| {
+            let mut config = params(&[("batch_threads", n)]);
+            config["max_batch_size"] = json!(max_batch);
+            load(&config).unwrap().batch_threads
+        };
+        assert_eq!(threads("2", 8), 2);
+        assert_eq!(threads("16", 4), 4);
+        assert_eq!(
+            threads("3", 0),
+            1,
+            "an unbatched model gets one image per Execute"
+        );
+        assert_eq!(load(&json!({})).unwrap().batch_threads, 1);
     }
 
     #[test]

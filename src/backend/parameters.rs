@@ -329,7 +329,9 @@ pub static PARAMETERS: &[Parameter] = &[
         kind: Kind::PositiveInteger,
         default: Default::Value("1"),
         meaning: "threads one Execute spreads the images of its batch over, each with its own \
-                  copy of the engine (memory: one engine per thread per instance)",
+                  copy of the engine (memory: one engine per thread per instance; an instance \
+                  group of count N runs N x batch_threads of them); at most max_batch_size \
+                  (more would never get work)",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.settings.batch_threads = n),
     },

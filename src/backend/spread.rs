@@ -3,6 +3,7 @@
 //! come back in order. When Triton's batcher hands one instance two requests
 //! while another instance idles, both images still run at once.
 
+use std::sync::{Mutex, MutexGuard};
 use std::thread;
 
 use crate::backend::instance::enter;
@@ -13,7 +14,8 @@ use crate::pipeline::{Face, Frame};
 use crate::triton::guard;
 
 /// One result per frame, in frame order. A panic or a GPU that cannot be
-/// bound fails the frames of that thread alone.
+/// bound fails the frames of that thread alone; a thread the system refuses
+/// to start leaves its run to the calling thread.
 pub fn analyze_spread(
     engines: &mut [Box<dyn Engine>],
     gpu: Option<&Gpu>,
@@ -21,29 +23,57 @@ pub fn analyze_spread(
     max_faces: usize,
 ) -> Vec<Result<Vec<Face>>> {
     let run = per_thread(frames.len(), engines.len());
-    let mut lanes = engines.iter_mut().zip(frames.chunks(run));
-    let Some((own_engine, own_frames)) = lanes.next() else {
+    // Each run behind a lock, so the calling thread can still take a run
+    // whose thread did not start.
+    let lanes: Vec<Mutex<Lane>> = (engines.iter_mut().zip(frames.chunks(run)))
+        .map(|(engine, frames)| Mutex::new(Lane { engine, frames }))
+        .collect();
+    let Some((own, others)) = lanes.split_first() else {
         return failed(frames.len(), "no engine for the batch"); // or no frames
     };
     thread::scope(|scope| {
-        let others: Vec<_> = lanes
-            .map(|(engine, chunk)| {
-                let handle = scope.spawn(move || lane(engine, gpu, chunk, max_faces));
-                (handle, chunk.len())
+        let started: Vec<_> = others
+            .iter()
+            .map(|slot| {
+                let thread = thread::Builder::new().name("face-batch".into());
+                (
+                    slot,
+                    thread.spawn_scoped(scope, move || analyze_lane(slot, gpu, max_faces)),
+                )
             })
             .collect();
         // The calling thread takes the first run; its GPU is already bound.
-        let mut results = lane(own_engine, None, own_frames, max_faces);
-        for (handle, n) in others {
-            // `lane` catches panics, so a join error is only a panic in the
-            // catching itself: still that run's frames alone.
-            let part = handle
-                .join()
-                .unwrap_or_else(|_| failed(n, "a batch thread stopped"));
+        let mut results = analyze_lane(own, None, max_faces);
+        for (slot, thread) in started {
+            let part = match thread {
+                // `lane` catches panics, so a join error is only a panic in
+                // the catching itself: still that run's frames alone.
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| failed(lock(slot).frames.len(), "a batch thread stopped")),
+                Err(_) => analyze_lane(slot, None, max_faces),
+            };
             results.extend(part);
         }
         results
     })
+}
+
+/// One engine and its contiguous run of the batch's frames.
+struct Lane<'a> {
+    engine: &'a mut Box<dyn Engine>,
+    frames: &'a [&'a Frame],
+}
+
+fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
+    // `lane` catches panics: a poisoned lock still holds a usable lane.
+    slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>, max_faces: usize) -> Vec<Result<Vec<Face>>> {
+    let mut lane_ = lock(slot);
+    let Lane { engine, frames } = &mut *lane_;
+    lane(engine, gpu, frames, max_faces)
 }
 
 /// Frames per thread: as even as contiguous runs allow, never 0 (fewer
