@@ -11,7 +11,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::pipeline::{Face, Frame};
-use crate::triton::guard;
+use crate::triton::{guard, log};
 
 /// One result per frame, in frame order. A panic or a GPU that cannot be
 /// bound fails the frames of that thread alone; a thread the system refuses
@@ -51,7 +51,12 @@ pub fn analyze_spread(
                 Ok(handle) => handle
                     .join()
                     .unwrap_or_else(|_| failed(lock(slot).frames.len(), "a batch thread stopped")),
-                Err(_) => analyze_lane(slot, None, max_faces),
+                Err(e) => {
+                    log::warn(&format!(
+                        "batch thread not started ({e}): its images run here"
+                    ));
+                    analyze_lane(slot, None, max_faces)
+                }
             };
             results.extend(part);
         }
@@ -71,8 +76,8 @@ fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
 }
 
 fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>, max_faces: usize) -> Vec<Result<Vec<Face>>> {
-    let mut lane_ = lock(slot);
-    let Lane { engine, frames } = &mut *lane_;
+    let mut held = lock(slot);
+    let Lane { engine, frames } = &mut *held;
     lane(engine, gpu, frames, max_faces)
 }
 

@@ -1,6 +1,7 @@
-//! `out = then(bias + w · x)` for a 1x1 convolution over channels-first data:
-//! `w` is the kernel as `m × k` rows, `x` one image as `k × n` (channels ×
-//! pixels), `out` as `m × n`. Neither operand is repacked: a tile of 6
+//! `out = then(bias + w · x)`, the matrix product under our convolutions
+//! (gemm_conv.rs): `w` is the kernel as `m × k` rows, `x` one image as
+//! `k × n` (input channels, or channels and taps after im2col, × pixels),
+//! `out` as `m × n`. Neither operand is repacked: a tile of 6
 //! output channels × 16 pixels reads its 16 pixels of each input channel as
 //! two vector loads straight from the image (rows are contiguous) and its 6
 //! weights as broadcasts from the kernel's rows. That tile is the classic
@@ -51,6 +52,8 @@ pub(super) fn available() -> bool {
 impl Gemm<'_> {
     /// One image: `x` holds `k × n` values, `out` `m × n`.
     pub fn run(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        // The vector kernel reads and writes by pointer within these.
+        assert!(self.w.len() == self.m * self.k);
         assert!(x.len() == self.k * n && out.len() == self.m * n);
         #[cfg(target_arch = "x86_64")]
         if available() {
@@ -152,8 +155,12 @@ mod fma {
                             unsafe { tile(g, &pass, m0, out[at..].as_mut_ptr(), n) };
                             continue;
                         }
-                        for (i, s) in spare.chunks_exact_mut(NR).take(rows).enumerate() {
-                            s[..cols].copy_from_slice(&out[at + i * n..][..cols]);
+                        // Later passes add to what the earlier ones wrote (on
+                        // the first, `out` may not be initialized yet).
+                        if !pass.first {
+                            for (i, s) in spare.chunks_exact_mut(NR).take(rows).enumerate() {
+                                s[..cols].copy_from_slice(&out[at + i * n..][..cols]);
+                            }
                         }
                         // SAFETY: `spare` is one tile, rows `NR` apart.
                         unsafe { tile(g, &pass, m0, spare.as_mut_ptr(), NR) };
@@ -242,6 +249,7 @@ mod tests {
             (12, 257, 33),
             (4, 8, 9000),
             (20, 520, 130),
+            (7, 300, 600),
         ];
         for (m, k, n) in shapes {
             for then in [Then::Nothing, Then::Relu, Then::Prelu] {

@@ -1,10 +1,9 @@
 //! Convolutions of one group as matrix products on `gemm.rs`, channels
 //! first: a 1x1 convolution (stride 1, no padding) straight on the image,
 //! whose rows are already the input channels; any other through an im2col
-//! copy (one row per input channel and tap). These are nearly all of the
-//! sample models' work; tract runs them on its own matrix product after
-//! repacking the image on every run, and its direct convolution for the
-//! detector's first layer at a third of the machine's speed.
+//! copy (one row per input channel and tap) when that copy fits the L2
+//! cache. These are nearly all of the sample models' work; tract runs them
+//! on its own matrix product after repacking the image on every run.
 
 use std::cell::RefCell;
 
@@ -138,9 +137,8 @@ impl Op for GemmConv {
 }
 
 thread_local! {
-    /// The im2col matrix, kept from run to run on the thread (as large as
-    /// the model's largest; 2 MiB for the sample detector's first layer):
-    /// a fresh one costs page faults every run.
+    /// The im2col matrix, kept from run to run on the thread (at most
+    /// `MAX_COLUMNS` values): a fresh one would be allocated every run.
     static COLUMNS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -159,7 +157,7 @@ impl EvalOp for GemmConv {
         let (c, [h, w]) = (*shape.c(), [shape.hw_dims()[0], shape.hw_dims()[1]]);
         let m = self.output_channels(kernel.shape(), c)?;
         let [ho, wo] = self.output_hw(h, w)?;
-        ensure!(c * h * w * ho * wo > 0, "convolution on empty data");
+        ensure!(m * c * h * w * ho * wo > 0, "convolution on empty data");
         let gemm = Gemm {
             w: kernel.try_as_plain_ram()?.as_slice::<f32>()?,
             bias: bias.try_as_plain_ram()?.as_slice::<f32>()?,
