@@ -391,14 +391,8 @@ fn split_pairs(row: &[f32], pl: usize, rows: &mut [f32], phase_len: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::window::textbook::{values, window};
     use super::*;
-
-    /// Deterministic values of both signs.
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 37 + seed * 11) % 53) as f32 * 0.093 - 2.4)
-            .collect()
-    }
 
     fn conv(
         kernel: [usize; 2],
@@ -409,13 +403,12 @@ mod tests {
         DepthwiseConv {
             then: Then::Nothing,
             format: DataFormat::NCHW,
-            window: Window {
+            window: window(
                 kernel,
                 stride,
-                dilation: [1, 1],
-                pad_before: before,
-                pad_after: after,
-            },
+                [1, 1],
+                [before[0], before[1], after[0], after[1]],
+            ),
         }
     }
 

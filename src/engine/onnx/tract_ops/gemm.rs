@@ -222,13 +222,8 @@ mod fma {
 
 #[cfg(test)]
 mod tests {
+    use super::super::window::textbook::values;
     use super::*;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 37 + seed * 11) % 53) as f32 * 0.093 - 2.4)
-            .collect()
-    }
 
     /// Every tile shape the loops meet: rows short of a tile, pixels short
     /// of one (and of a chunk), input channels past one pass, each

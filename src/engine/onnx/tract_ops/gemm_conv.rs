@@ -267,29 +267,8 @@ fn im2col(x: &[f32], [c, h, w]: [usize; 3], window: &Window, cols: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::window::textbook;
+    use super::super::window::textbook::{self, values, window};
     use super::*;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 37 + seed * 11) % 53) as f32 * 0.093 - 2.4)
-            .collect()
-    }
-
-    fn window(
-        kernel: [usize; 2],
-        stride: [usize; 2],
-        dilation: [usize; 2],
-        pads: [usize; 4],
-    ) -> Window {
-        Window {
-            kernel,
-            stride,
-            dilation,
-            pad_before: [pads[0], pads[1]],
-            pad_after: [pads[2], pads[3]],
-        }
-    }
 
     /// Windows whose taps fall outside the image on whole rows and columns,
     /// strides and dilations past the kernel, against the textbook sum.

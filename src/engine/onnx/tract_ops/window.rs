@@ -85,10 +85,33 @@ pub fn check_rank(format: DataFormat, rank: usize, what: &str) -> TractResult<()
     Ok(())
 }
 
-/// The textbook convolution, for checking ours.
+/// The textbook convolution and test data, for checking ours.
 #[cfg(test)]
 pub mod textbook {
     use super::Window;
+
+    /// Deterministic values of both signs (|v| <= 2.5).
+    pub fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 53) as f32 * 0.093 - 2.4)
+            .collect()
+    }
+
+    /// A window with padding `[top, left, bottom, right]`.
+    pub fn window(
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        dilation: [usize; 2],
+        [top, left, bottom, right]: [usize; 4],
+    ) -> Window {
+        Window {
+            kernel,
+            stride,
+            dilation,
+            pad_before: [top, left],
+            pad_after: [bottom, right],
+        }
+    }
 
     /// `m` output channels of `groups` groups over `x` of shape
     /// `[n, c, h, w]` (kernel `[m, c / groups, kh, kw]`): each output is
