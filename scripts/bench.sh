@@ -253,10 +253,20 @@ measure() {
     local model=$1 variant=$2 name=$3 window=$4 what=$5
     shift 5
     log "perf_analyzer: $model $variant, $what, 3 x $window ms each (log: out/$name.log)"
-    if ! "$PERF_ANALYZER" -m "$model" -u "$URL" -i "$PROTOCOL" -v \
-        --input-data "$WORK/$model-$variant.json" --warmup-request-count 4 \
-        --measurement-interval "$window" --max-trials 3 --stability-percentage 1000 \
-        -f "$OUT/$name.csv" "$@" >"$OUT/$name.log" 2>&1; then
+    # perf_analyzer once hung in the warm-up of the sequence run with the
+    # server idle and every request answered: a run that overstays its
+    # windows by far is killed and tried once more.
+    local limit=$((60 + 20 * window / 1000)) try rc
+    for try in 1 2; do
+        rc=0
+        timeout --kill-after=10 "$limit" "$PERF_ANALYZER" -m "$model" -u "$URL" -i "$PROTOCOL" \
+            -v --input-data "$WORK/$model-$variant.json" --warmup-request-count 4 \
+            --measurement-interval "$window" --max-trials 3 --stability-percentage 1000 \
+            -f "$OUT/$name.csv" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+        [ "$rc" = 124 ] || [ "$rc" = 137 ] || break
+        warn "perf_analyzer did not finish in $limit s ($model $variant, try $try of 2)"
+    done
+    if [ "$rc" != 0 ]; then
         tail -n 20 "$OUT/$name.log" | sed 's/^/    /' >&2
         if grep -q "failed to find the requested model version" "$OUT/$name.log"; then
             warn "the backend reported no statistics (TRITONBACKEND_ModelInstanceReport*Statistics)"
