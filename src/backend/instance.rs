@@ -1,6 +1,8 @@
 //! Instance state: the engines this instance runs (one per batch thread;
 //! engines are not shared between threads) and, for KIND_GPU, its device.
 
+use std::borrow::Cow;
+
 use crate::backend::config::{EngineKind, Settings};
 use crate::backend::model::{new_engine, ModelState};
 use crate::engine::onnx::Runtime;
@@ -41,18 +43,17 @@ impl InstanceState {
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
-        let on_gpu;
         let engine_settings = match place {
             Place::OnnxCuda(device) => {
-                let mut gpu_settings = settings.clone();
-                gpu_settings.onnx.cuda_device = Some(device);
-                on_gpu = gpu_settings;
-                &on_gpu
+                let mut on_gpu = settings.clone();
+                on_gpu.onnx.cuda_device = Some(device);
+                Cow::Owned(on_gpu)
             }
-            _ => settings,
+            _ => Cow::Borrowed(settings),
         };
-        let engines = (0..settings.batch_threads.max(1))
-            .map(|_| new_engine(engine_settings))
+        // At least one: config.rs clamps batch_threads to 1..=max_batch_size.
+        let engines = (0..settings.batch_threads)
+            .map(|_| new_engine(&engine_settings))
             .collect::<Result<Vec<_>>>()?;
         if let Some(warning) = place.warning() {
             log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));

@@ -46,7 +46,7 @@ pub fn analyze_spread(
         let mut results = analyze_lane(own, None, max_faces);
         for (slot, thread) in started {
             let part = match thread {
-                // `lane` catches panics, so a join error is only a panic in
+                // `analyze_lane` catches panics, so a join error is only a panic in
                 // the catching itself: still that run's frames alone.
                 Ok(handle) => handle
                     .join()
@@ -71,28 +71,15 @@ struct Lane<'a> {
 }
 
 fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
-    // `lane` catches panics: a poisoned lock still holds a usable lane.
+    // `analyze_lane` catches panics: a poisoned lock still holds a usable lane.
     slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The lane's engine over its frames, on the calling thread (binding `gpu`
+/// first, if given): exactly one result per frame.
 fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>, max_faces: usize) -> Vec<Result<Vec<Face>>> {
     let mut held = lock(slot);
     let Lane { engine, frames } = &mut *held;
-    lane(engine, gpu, frames, max_faces)
-}
-
-/// Frames per thread: as even as contiguous runs allow, never 0 (fewer
-/// frames than engines leave the extra engines idle).
-fn per_thread(frames: usize, engines: usize) -> usize {
-    frames.div_ceil(engines.max(1)).max(1)
-}
-
-fn lane(
-    engine: &mut Box<dyn Engine>,
-    gpu: Option<&Gpu>,
-    frames: &[&Frame],
-    max_faces: usize,
-) -> Vec<Result<Vec<Face>>> {
     let results = guard::catch(|| {
         enter(gpu)?;
         Ok(engine.analyze(frames, max_faces))
@@ -109,6 +96,12 @@ fn lane(
         return failed(frames.len(), &why);
     }
     results
+}
+
+/// Frames per thread: as even as contiguous runs allow, never 0 (fewer
+/// frames than engines leave the extra engines idle).
+fn per_thread(frames: usize, engines: usize) -> usize {
+    frames.div_ceil(engines.max(1)).max(1)
 }
 
 fn failed(n: usize, why: &str) -> Vec<Result<Vec<Face>>> {

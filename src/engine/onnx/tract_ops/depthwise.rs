@@ -13,8 +13,7 @@ use tract_onnx::tract_core::ops::nn::DataFormat;
 
 #[cfg(target_arch = "x86_64")]
 use super::prelu::activate;
-use super::prelu::prelu_value;
-use super::window::{channel_axis, check_rank, Window};
+use super::window::{channel_axis, check_rank, ConvInputs, ConvWeights, Window};
 use super::Then;
 
 /// Stands in for a depthwise `Conv`: inputs data, kernel `[C, 1, kh, kw]`,
@@ -60,26 +59,6 @@ impl DepthwiseConv {
     pub fn channel_axis(&self) -> usize {
         channel_axis(self.format)
     }
-
-    /// The weights fit `c` channels: a kernel each, a bias each (or one for
-    /// all) and, with PRelu, a slope each.
-    fn check_weights(&self, weights: &Weights, c: usize) -> TractResult<()> {
-        let taps = self.window.taps();
-        ensure!(
-            weights.kernel.len() == c * taps,
-            "depthwise kernel does not match {c} channels"
-        );
-        ensure!(
-            weights.bias.len() == c || weights.bias.len() == 1,
-            "depthwise bias does not match {c} channels"
-        );
-        ensure!(
-            self.then != Then::Prelu || weights.slopes.len() == c,
-            "depthwise PRelu: {} slopes for {c} channels",
-            weights.slopes.len()
-        );
-        Ok(())
-    }
 }
 
 impl Op for DepthwiseConv {
@@ -102,26 +81,19 @@ impl EvalOp for DepthwiseConv {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let mut inputs = inputs;
-        let slopes = match self.then {
-            Then::Prelu => Some(inputs.pop().context("depthwise convolution: no slopes")?),
-            _ => None,
-        };
-        let (data, kernel, bias) = args_3!(inputs);
-        check_rank(self.format, data.rank(), "depthwise convolution")?;
+        let what = "depthwise convolution";
+        let inputs = ConvInputs::take(self.then, inputs, what)?;
+        let data = &inputs.data;
+        check_rank(self.format, data.rank(), what)?;
         let shape = self.format.shape(data.shape().to_vec())?;
         let c = *shape.c();
         let [h, w] = [shape.hw_dims()[0], shape.hw_dims()[1]];
         ensure!(h > 0 && w > 0, "depthwise convolution on an empty image");
-        let weights = Weights {
-            kernel: kernel.try_as_plain_ram()?.as_slice::<f32>()?,
-            bias: bias.try_as_plain_ram()?.as_slice::<f32>()?,
-            slopes: match &slopes {
-                Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
-                None => &[],
-            },
-        };
-        self.check_weights(&weights, c)?;
+        let weights = inputs.weights(c, what)?;
+        ensure!(
+            weights.kernel.len() == c * self.window.taps(),
+            "depthwise kernel does not match {c} channels"
+        );
         let [ho, wo] = self.window.output_hw(h, w)?;
         let mut out_shape = data.shape().to_vec();
         out_shape[data.rank() - 2..].copy_from_slice(&[ho, wo]);
@@ -143,11 +115,7 @@ impl EvalOp for DepthwiseConv {
 
 impl TypedOp for DepthwiseConv {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        let expected = 3 + (self.then == Then::Prelu) as usize;
-        ensure!(
-            inputs.len() == expected,
-            "depthwise convolution takes data, kernel, bias (and slopes with PRelu)"
-        );
+        ConvInputs::check_count(self.then, inputs.len(), "depthwise convolution")?;
         let mut shape = inputs[0].shape.to_tvec();
         let rank = shape.len();
         check_rank(self.format, rank, "depthwise convolution")?;
@@ -161,13 +129,6 @@ impl TypedOp for DepthwiseConv {
     as_op!();
 }
 
-/// A convolution's weights, checked against its channels.
-struct Weights<'a> {
-    kernel: &'a [f32],
-    bias: &'a [f32],
-    slopes: &'a [f32],
-}
-
 /// Every plane of one evaluation, channel after channel.
 struct PlaneWork<'a> {
     geometry: Geometry<'a>,
@@ -175,7 +136,7 @@ struct PlaneWork<'a> {
 }
 
 impl PlaneWork<'_> {
-    fn run(&self, input: &[f32], weights: &Weights, out: &mut [f32]) {
+    fn run(&self, input: &[f32], weights: &ConvWeights, out: &mut [f32]) {
         let [h, w] = self.geometry.input;
         let [ho, wo] = self.geometry.output;
         let [kh, kw] = self.geometry.conv.window.kernel;
@@ -184,11 +145,7 @@ impl PlaneWork<'_> {
         let planes = input.chunks_exact(h * w).zip(out.chunks_exact_mut(ho * wo));
         for (plane, (src, dst)) in planes.enumerate() {
             let ch = plane % self.channels;
-            let bias = weights.bias[if weights.bias.len() == 1 { 0 } else { ch }];
-            let slope = match self.geometry.conv.then {
-                Then::Prelu => weights.slopes[ch],
-                _ => 0.0,
-            };
+            let (bias, slope) = (weights.bias(ch), weights.slope(ch));
             let kernel = &weights.kernel[ch * taps..][..taps];
             self.geometry
                 .plane(src, (kernel, bias, slope), dst, &mut scratch);
@@ -334,11 +291,7 @@ impl Taps<'_> {
             for (&at, &w) in self.offsets.iter().zip(self.weights) {
                 sum += w * self.phases[at + start + i];
             }
-            *o = match then {
-                Then::Nothing => sum,
-                Then::Relu => sum.max(0.0),
-                Then::Prelu => prelu_value(sum, slope),
-            };
+            *o = then.apply(sum, slope);
         }
     }
 

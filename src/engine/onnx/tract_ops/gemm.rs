@@ -9,7 +9,7 @@
 //! is bound by the fused multiply-adds, not by memory; tract instead
 //! repacks the image on every run (a tenth of its time on these models).
 
-use super::prelu::prelu_value;
+use super::window::ConvWeights;
 use super::Then;
 
 /// Output channels per tile.
@@ -24,13 +24,10 @@ const KC: usize = 256;
 /// on (256 KiB: in L2 while the channels' tiles read it).
 const CHUNK: usize = 65536;
 
-/// One 1x1 convolution's weights and output step, checked by the caller:
-/// `w` has `m * k` values, `bias` `m` (or 1 for all), `slopes` `m` with
-/// `Then::Prelu`.
+/// One product's weights (the kernel as `m × k`; bias and slopes checked
+/// against `m` by `ConvInputs::weights`) and the activation after it.
 pub(super) struct Gemm<'a> {
-    pub w: &'a [f32],
-    pub bias: &'a [f32],
-    pub slopes: &'a [f32],
+    pub weights: ConvWeights<'a>,
     pub then: Then,
     pub m: usize,
     pub k: usize,
@@ -53,7 +50,7 @@ impl Gemm<'_> {
     /// One image: `x` holds `k × n` values, `out` `m × n`.
     pub fn run(&self, x: &[f32], n: usize, out: &mut [f32]) {
         // The vector kernel reads and writes by pointer within these.
-        assert!(self.w.len() == self.m * self.k);
+        assert!(self.weights.kernel.len() == self.m * self.k);
         assert!(x.len() == self.k * n && out.len() == self.m * n);
         #[cfg(target_arch = "x86_64")]
         if available() {
@@ -64,30 +61,20 @@ impl Gemm<'_> {
         self.run_plain(x, n, out)
     }
 
-    fn bias(&self, row: usize) -> f32 {
-        self.bias[if self.bias.len() == 1 { 0 } else { row }]
-    }
-
-    fn finish(&self, row: usize, v: f32) -> f32 {
-        match self.then {
-            Then::Nothing => v,
-            Then::Relu => v.max(0.0),
-            Then::Prelu => prelu_value(v, self.slopes[row]),
-        }
-    }
-
     /// The same sums, one value at a time, in the same order of `k`.
     pub fn run_plain(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        let weights = &self.weights;
         for (row, (out, w)) in out
             .chunks_exact_mut(n)
-            .zip(self.w.chunks_exact(self.k))
+            .zip(weights.kernel.chunks_exact(self.k))
             .enumerate()
         {
-            out.fill(self.bias(row));
+            out.fill(weights.bias(row));
             for (wk, xk) in w.iter().zip(x.chunks_exact(n)) {
                 out.iter_mut().zip(xk).for_each(|(o, v)| *o += wk * v);
             }
-            out.iter_mut().for_each(|o| *o = self.finish(row, *o));
+            let slope = weights.slope(row);
+            out.iter_mut().for_each(|o| *o = self.then.apply(*o, slope));
         }
     }
 }
@@ -135,7 +122,9 @@ mod fma {
                 for m0 in (0..m).step_by(MR) {
                     let rows = MR.min(m - m0);
                     let mut pass = Pass {
-                        w: std::array::from_fn(|i| g.w[(m0 + i.min(rows - 1)) * k + k0..].as_ptr()),
+                        w: std::array::from_fn(|i| {
+                            g.weights.kernel[(m0 + i.min(rows - 1)) * k + k0..].as_ptr()
+                        }),
                         b: edge.as_ptr(),
                         ldb: NR,
                         kc,
@@ -185,7 +174,7 @@ mod fma {
             let mut acc = [[_mm256_setzero_ps(); 2]; MR];
             for (i, a) in acc.iter_mut().enumerate() {
                 *a = if p.first {
-                    [_mm256_set1_ps(g.bias(row(i))); 2]
+                    [_mm256_set1_ps(g.weights.bias(row(i))); 2]
                 } else {
                     let c = c.add(i * ldc);
                     [_mm256_loadu_ps(c), _mm256_loadu_ps(c.add(8))]
@@ -206,11 +195,7 @@ mod fma {
             let then = if p.last { g.then } else { Then::Nothing };
             for (i, a) in acc.iter().enumerate() {
                 let c = c.add(i * ldc);
-                let slope = if then == Then::Prelu {
-                    g.slopes[row(i)]
-                } else {
-                    0.0
-                };
+                let slope = g.weights.slope(row(i));
                 for (half, v) in a.iter().enumerate() {
                     let v = activate(*v, then, slope);
                     _mm256_storeu_ps(c.add(half * 8), v);
@@ -251,9 +236,11 @@ mod tests {
                 for bias in [values(m, 3), vec![0.5]] {
                     let (w, x, slopes) = (values(m * k, 1), values(k * n, 2), values(m, 4));
                     let g = Gemm {
-                        w: &w,
-                        bias: &bias,
-                        slopes: &slopes,
+                        weights: ConvWeights {
+                            kernel: &w,
+                            bias: &bias,
+                            slopes: &slopes,
+                        },
                         then,
                         m,
                         k,
@@ -283,9 +270,11 @@ mod tests {
         let (bias, slopes) = ([0.5, -10.0], [0.0, 0.25]);
         let mut out = [0.0; 4];
         let g = |then| Gemm {
-            w: &w,
-            bias: &bias,
-            slopes: &slopes,
+            weights: ConvWeights {
+                kernel: &w,
+                bias: &bias,
+                slopes: &slopes,
+            },
             then,
             m: 2,
             k: 3,

@@ -13,7 +13,7 @@ use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::nn::DataFormat;
 
 use super::gemm::{self, Gemm};
-use super::window::{channel_axis, check_rank, Window};
+use super::window::{channel_axis, check_rank, ConvInputs, Window};
 use super::Then;
 
 /// Fewer output pixels than this per image leave most of a 16-pixel tile
@@ -146,38 +146,22 @@ impl EvalOp for GemmConv {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let mut inputs = inputs;
-        let slopes = match self.then {
-            Then::Prelu => Some(inputs.pop().context("convolution: no slopes")?),
-            _ => None,
-        };
-        let (data, kernel, bias) = args_3!(inputs);
+        let inputs = ConvInputs::take(self.then, inputs, "convolution")?;
+        let data = &inputs.data;
         check_rank(self.format, data.rank(), "convolution")?;
         let shape = self.format.shape(data.shape().to_vec())?;
         let (c, [h, w]) = (*shape.c(), [shape.hw_dims()[0], shape.hw_dims()[1]]);
-        let m = self.output_channels(kernel.shape(), c)?;
+        let m = self.output_channels(inputs.kernel_shape(), c)?;
         let [ho, wo] = self.output_hw(h, w)?;
         ensure!(m * c * h * w * ho * wo > 0, "convolution on empty data");
+        let weights = inputs.weights(m, "convolution")?;
+        let k = weights.kernel.len() / m;
         let gemm = Gemm {
-            w: kernel.try_as_plain_ram()?.as_slice::<f32>()?,
-            bias: bias.try_as_plain_ram()?.as_slice::<f32>()?,
-            slopes: match &slopes {
-                Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
-                None => &[],
-            },
+            weights,
             then: self.then,
             m,
-            k: kernel.len() / m,
+            k,
         };
-        ensure!(
-            gemm.bias.len() == m || gemm.bias.len() == 1,
-            "convolution bias does not match {m} channels"
-        );
-        ensure!(
-            self.then != Then::Prelu || gemm.slopes.len() == m,
-            "convolution PRelu: {} slopes for {m} channels",
-            gemm.slopes.len()
-        );
         let mut out_shape = data.shape().to_vec();
         let rank = out_shape.len();
         out_shape[self.channel_axis()] = m;
@@ -205,11 +189,7 @@ impl EvalOp for GemmConv {
 
 impl TypedOp for GemmConv {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        let expected = 3 + (self.then == Then::Prelu) as usize;
-        ensure!(
-            inputs.len() == expected,
-            "convolution takes data, kernel, bias (and slopes with PRelu)"
-        );
+        ConvInputs::check_count(self.then, inputs.len(), "convolution")?;
         let rank = inputs[0].rank();
         check_rank(self.format, rank, "convolution")?;
         let kernel = inputs[1].shape.as_concrete().context("kernel shape")?;

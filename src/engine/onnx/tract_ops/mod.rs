@@ -36,6 +36,18 @@ pub enum Then {
     Prelu,
 }
 
+impl Then {
+    /// On one value (`slope` read with `Prelu` only); `prelu::activate` is
+    /// the same on eight.
+    pub fn apply(self, v: f32, slope: f32) -> f32 {
+        match self {
+            Then::Nothing => v,
+            Then::Relu => v.max(0.0),
+            Then::Prelu => prelu::prelu_value(v, slope),
+        }
+    }
+}
+
 /// How many ops of one model run on our kernels, for the load log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OwnKernels {
@@ -69,17 +81,18 @@ pub(super) fn onnx() -> tract_onnx::Onnx {
 /// what runs on our kernels, counted.
 pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
     // Before decluttering: tract turns 1x1 convolutions into matrix products there.
-    swap(&mut model, |conv: &Conv, input| {
-        GemmConv::pointwise(conv, input).map(|op| Box::new(op) as _)
+    swap(&mut model, |conv: &Conv, inputs| {
+        GemmConv::pointwise(conv, conv_data(inputs)?).map(|op| Box::new(op) as _)
     })?;
     let mut model = model.into_decluttered()?;
     // After: tract has folded explicit padding into the convolutions.
-    swap(&mut model, |conv: &Conv, input| {
-        (DepthwiseConv::for_conv(conv, input).map(|op| Box::new(op) as _))
-            .or_else(|| GemmConv::im2col(conv, input).map(|op| Box::new(op) as _))
+    swap(&mut model, |conv: &Conv, inputs| {
+        let data = conv_data(inputs)?;
+        (DepthwiseConv::for_conv(conv, data).map(|op| Box::new(op) as _))
+            .or_else(|| GemmConv::im2col(conv, data).map(|op| Box::new(op) as _))
     })?;
-    swap(&mut model, |softmax: &Softmax, input| {
-        ShortSoftmax::for_softmax(softmax, input).map(|op| Box::new(op) as _)
+    swap(&mut model, |softmax: &Softmax, inputs| {
+        ShortSoftmax::for_softmax(softmax, inputs.first()?).map(|op| Box::new(op) as _)
     })?;
     while let Some(patch) = next_fusion(&model)? {
         patch.apply(&mut model)?;
@@ -198,26 +211,27 @@ fn is_relu_of(model: &TypedModel, node: &TypedNode, x: OutletId) -> TractResult<
         && model.outlet_fact(OutletId::new(node.id, 0))?.shape == model.outlet_fact(x)?.shape)
 }
 
-/// Put `ours(op, input)` in place of every `O` (a convolution with its bias
-/// wired, or any other op) for which it gives an op.
+/// Put `ours(op, input facts)` in place of every `O` for which it gives an
+/// op.
 fn swap<O: TypedOp>(
     model: &mut TypedModel,
-    ours: impl Fn(&O, &TypedFact) -> Option<Box<dyn TypedOp>>,
+    ours: impl Fn(&O, &[&TypedFact]) -> Option<Box<dyn TypedOp>>,
 ) -> TractResult<()> {
     for id in 0..model.nodes.len() {
-        let node = &model.nodes[id];
-        let Some(op) = node.op_as::<O>() else {
+        let Some(op) = model.nodes[id].op_as::<O>() else {
             continue;
         };
-        let conv = std::any::TypeId::of::<O>() == std::any::TypeId::of::<Conv>();
-        if node.inputs.is_empty() || (conv && node.inputs.len() != 3) {
-            continue;
-        }
-        if let Some(op) = ours(op, model.outlet_fact(node.inputs[0])?) {
+        let swapped = ours(op, &model.node_input_facts(id)?);
+        if let Some(op) = swapped {
             model.node_mut(id).op = op;
         }
     }
     Ok(())
+}
+
+/// A `Conv`'s data, when its kernel and bias are wired as our ops take them.
+fn conv_data<'a>(inputs: &[&'a TypedFact]) -> Option<&'a TypedFact> {
+    (inputs.len() == 3).then(|| inputs[0])
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! What our convolutions share: where a 2-D window goes over a plane (read
-//! from tract's `PoolSpec`) and the channels-first data it goes over.
+//! from tract's `PoolSpec`), the channels-first data it goes over, and
+//! their inputs and weights.
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::cnn::{PaddingSpec, PoolSpec};
 use tract_onnx::tract_core::ops::nn::DataFormat;
+
+use super::Then;
 
 /// Height then width in each pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +86,89 @@ pub fn check_rank(format: DataFormat, rank: usize, what: &str) -> TractResult<()
         "{what}: data of rank {rank}, expected {expected}"
     );
     Ok(())
+}
+
+/// The inputs of our convolutions: the data, then the kernel, the bias
+/// and, with PRelu folded in, the slopes.
+pub struct ConvInputs {
+    pub data: TValue,
+    kernel: TValue,
+    bias: TValue,
+    slopes: Option<TValue>,
+}
+
+impl ConvInputs {
+    /// Check that a convolution applying `then` has its inputs.
+    pub fn check_count(then: Then, count: usize, what: &str) -> TractResult<()> {
+        ensure!(
+            count == 3 + (then == Then::Prelu) as usize,
+            "{what} takes data, kernel, bias (and slopes with PRelu), not {count} inputs"
+        );
+        Ok(())
+    }
+
+    pub fn take(then: Then, inputs: TVec<TValue>, what: &str) -> TractResult<ConvInputs> {
+        ConvInputs::check_count(then, inputs.len(), what)?;
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().context("counted above");
+        Ok(ConvInputs {
+            data: next()?,
+            kernel: next()?,
+            bias: next()?,
+            slopes: if then == Then::Prelu {
+                Some(next()?)
+            } else {
+                None
+            },
+        })
+    }
+
+    pub fn kernel_shape(&self) -> &[usize] {
+        self.kernel.shape()
+    }
+
+    /// The weights, checked against `channels` output channels: a bias
+    /// each (or one for all) and, with PRelu, a slope each.
+    pub fn weights(&self, channels: usize, what: &str) -> TractResult<ConvWeights<'_>> {
+        let weights = ConvWeights {
+            kernel: self.kernel.try_as_plain_ram()?.as_slice::<f32>()?,
+            bias: self.bias.try_as_plain_ram()?.as_slice::<f32>()?,
+            slopes: match &self.slopes {
+                Some(s) => s.try_as_plain_ram()?.as_slice::<f32>()?,
+                None => &[],
+            },
+        };
+        let bias = weights.bias.len();
+        ensure!(
+            bias == channels || bias == 1,
+            "{what}: {bias} bias values for {channels} channels"
+        );
+        ensure!(
+            self.slopes.is_none() || weights.slopes.len() == channels,
+            "{what} PRelu: {} slopes for {channels} channels",
+            weights.slopes.len()
+        );
+        Ok(weights)
+    }
+}
+
+/// A convolution's weights, checked against its output channels.
+pub struct ConvWeights<'a> {
+    pub kernel: &'a [f32],
+    pub bias: &'a [f32],
+    pub slopes: &'a [f32],
+}
+
+impl ConvWeights<'_> {
+    /// Output channel `ch`'s bias.
+    pub fn bias(&self, ch: usize) -> f32 {
+        self.bias[if self.bias.len() == 1 { 0 } else { ch }]
+    }
+
+    /// Output channel `ch`'s PRelu slope (0 when there are none).
+    pub fn slope(&self, ch: usize) -> f32 {
+        self.slopes.get(ch).copied().unwrap_or(0.0)
+    }
 }
 
 /// The textbook convolution and test data, for checking ours.
