@@ -14,19 +14,22 @@ import pytest
 from face_client import infer_encoded
 
 UNTOUCHED = {"zero_tiny_weights": "false", "rewrite_prelu": "false", "flush_denormals": "false"}
+# Both servers answer with the embeddings, to compare them too.
+EMBEDDINGS = {"return_embeddings": "true"}
 PHOTOS = ("obama2.jpg", "obama3.jpg", "biden.jpg", "noface.jpg", "32bit.png")
 TOLERANCE = 1e-4
+EMBEDDING_TOLERANCE = 1e-6
 pytestmark = pytest.mark.engines("onnx", "onnx-tract")
 
 
 @pytest.fixture(scope="module")
 def cleaned(start_module_server):
-    return start_module_server()
+    return start_module_server(params=EMBEDDINGS)
 
 
 @pytest.fixture(scope="module")
 def untouched(start_module_server):
-    return start_module_server(params=UNTOUCHED)
+    return start_module_server(params={**UNTOUCHED, **EMBEDDINGS})
 
 
 def hygiene_line(server) -> str:
@@ -105,3 +108,9 @@ def test_same_answers_with_and_without_hygiene(cleaned, untouched, photos, photo
         assert abs(fa["distance"] - fb["distance"]) <= TOLERANCE, (fa, fb)
         for side in ("left", "top", "right", "bottom"):
             assert abs(fa["box"][side] - fb["box"][side]) <= 1, (fa["box"], fb["box"])
+        # The embeddings themselves (L2-normalised): the PRelu rewrite on onnxruntime is within
+        # one rounding of the exact PRelu per layer; zeroing and flushing change nothing.
+        ea, eb = fa["embedding"], fb["embedding"]
+        assert len(ea) == len(eb) == 512
+        worst = max(abs(x - y) for x, y in zip(ea, eb))
+        assert worst <= EMBEDDING_TOLERANCE, f"{photo}: embeddings differ by up to {worst:.3g}"

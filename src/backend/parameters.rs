@@ -499,10 +499,11 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "rewrite_prelu",
         kind: Kind::Bool,
         default: Default::Value("true"),
-        meaning: "onnxruntime: at load, compute each PRelu as `Relu(x) + Min(x, 0) * slope`, \
-                  or on the CPU after a convolution as two depthwise 1x1 convolutions (exact; \
-                  faster); `false` keeps the model's PRelu nodes. tract keeps them either way \
-                  and runs them on the engine's own one-pass kernel",
+        meaning: "onnxruntime: at load, compute each PRelu as `Relu(x) + Min(x, 0) * slope` \
+                  (exact), or on the CPU after a convolution as two depthwise 1x1 convolutions \
+                  (within one rounding per layer: embeddings within 1e-6; faster); `false` \
+                  keeps the model's PRelu nodes. tract keeps them either way and runs them on \
+                  the engine's own one-pass kernel",
         section: Section::Onnx,
         apply: |d, v| flag(v).map(|b| d.settings.onnx.hygiene.rewrite_prelu = b),
     },
