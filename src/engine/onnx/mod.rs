@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
 use crate::pipeline::{BoxPx, Face, Frame, Metric};
 use net::{load_net, model_file, Blob, Net, RuntimeChoice};
-use ops::{frame_mat, l2_normalize, nms, resize, to_input};
+use ops::{frame_mat, l2_normalize, nms, resize, to_input, FrameImage};
 
 pub use hygiene::Hygiene;
 pub use net::run_model;
@@ -98,7 +98,7 @@ impl OnnxEngine {
         })
     }
 
-    fn detect(&self, frame: &Frame, image: &Mat) -> Result<Vec<(BoxPx, f32)>> {
+    fn detect(&self, frame: &Frame, image: &FrameImage) -> Result<Vec<(BoxPx, f32)>> {
         let (w, h) = self
             .settings
             .detector_size
@@ -133,7 +133,7 @@ impl OnnxEngine {
     }
 
     /// 68 points for a box, from the landmark model (grey 64x64 crop, /256).
-    fn landmarks(&self, net: &Net, image: &Mat, b: &BoxPx) -> Result<[[f32; 2]; 5]> {
+    fn landmarks(&self, net: &Net, image: &FrameImage, b: &BoxPx) -> Result<[[f32; 2]; 5]> {
         let (iw, ih) = (image.cols() as f32, image.rows() as f32);
         let left = b.left.clamp(0.0, iw - 1.0);
         let top = b.top.clamp(0.0, ih - 1.0);
@@ -189,7 +189,7 @@ impl OnnxEngine {
     }
 
     /// The aligned chip (embedder input size) of one face.
-    fn align(&self, image: &Mat, five: &[[f32; 2]; 5]) -> Result<Mat> {
+    fn align(&self, image: &FrameImage, five: &[[f32; 2]; 5]) -> Result<Mat> {
         let (w, h) = (self.embedder.shape[3], self.embedder.shape[2]);
         // Reference points are for 112x112; scale them to the embedder's size.
         let (sx, sy) = (w as f32 / 112.0, h as f32 / 112.0);

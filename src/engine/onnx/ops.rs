@@ -1,7 +1,8 @@
 //! The image and vector work around the models: frame to OpenCV, resize,
 //! pixels to an NCHW tensor, L2 normalization, non-maximum suppression.
 
-use opencv::core::{Mat, Size};
+use opencv::boxed_ref::BoxedRef;
+use opencv::core::{Mat, Size, ToInputArray, Vec3b};
 use opencv::imgproc;
 use opencv::prelude::*;
 
@@ -10,14 +11,17 @@ use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Frame};
 
-/// The frame as an OpenCV RGB image (a copy: OpenCV wants its own buffer).
-pub(super) fn frame_mat(frame: &Frame) -> Result<Mat> {
-    let flat =
-        Mat::new_rows_cols_with_data(frame.height as i32, frame.width as i32 * 3, &frame.rgb)?;
-    Ok(flat.reshape(3, frame.height as i32)?.try_clone()?)
+/// The frame's pixels as an OpenCV RGB image, borrowed: every use reads it.
+pub(super) type FrameImage<'a> = BoxedRef<'a, Mat>;
+
+pub(super) fn frame_mat(frame: &Frame) -> Result<FrameImage<'_>> {
+    let (rows, cols) = (frame.height as i32, frame.width as i32);
+    Ok(Mat::new_rows_cols_with_bytes::<Vec3b>(
+        rows, cols, &frame.rgb,
+    )?)
 }
 
-pub(super) fn resize(image: &Mat, w: usize, h: usize) -> Result<Mat> {
+pub(super) fn resize(image: &impl ToInputArray, w: usize, h: usize) -> Result<Mat> {
     let mut out = Mat::default();
     imgproc::resize(
         image,
@@ -48,23 +52,26 @@ pub(super) fn to_input(images: &[Mat], norm: Normalize) -> Result<Blob> {
         }
     }
     let (w, h) = (w as usize, h as usize);
-    let plane = w * h;
     let order = if norm.rgb { [0, 1, 2] } else { [2, 1, 0] };
     let value = |v: u8| (v as f32 - norm.mean) * norm.scale;
-    let mut input = Blob::zeros(&[images.len(), 3, h, w]);
-    for (img, planes) in images.iter().zip(input.data.chunks_exact_mut(3 * plane)) {
+    // Filled plane by plane, never zeroed first: each plane is one pass over
+    // whole pixels, with no index arithmetic or bounds checks in the loop.
+    let mut data = Vec::with_capacity(images.len() * 3 * w * h);
+    for img in images {
         let px = img.data_bytes()?;
-        let (first, rest) = planes.split_at_mut(plane);
-        let (second, third) = rest.split_at_mut(plane);
-        // Plane by plane over whole pixels: no index arithmetic or bounds
-        // checks in the loop, so it compiles to straight-line code.
-        for (out, c) in [first, second, third].into_iter().zip(order) {
-            for (o, p) in out.iter_mut().zip(px.chunks_exact(3)) {
-                *o = value(p[c]);
-            }
+        if px.len() != 3 * w * h {
+            return Err(Error::internal(
+                "model input: an image's pixels are not contiguous",
+            ));
+        }
+        for c in order {
+            data.extend(px.chunks_exact(3).map(|p| value(p[c])));
         }
     }
-    Ok(input)
+    Ok(Blob {
+        shape: vec![images.len(), 3, h, w],
+        data,
+    })
 }
 
 pub(super) fn l2_normalize(v: &[f32]) -> Vec<f32> {
