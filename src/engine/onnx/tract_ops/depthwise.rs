@@ -97,7 +97,9 @@ impl EvalOp for DepthwiseConv {
         let [ho, wo] = self.window.output_hw(h, w)?;
         let mut out_shape = data.shape().to_vec();
         out_shape[data.rank() - 2..].copy_from_slice(&[ho, wo]);
-        let mut output = Tensor::zero::<f32>(&out_shape)?;
+        // SAFETY: f32 has no invalid bit patterns, and `PlaneWork::run`
+        // writes every value: each output plane, row by row.
+        let mut output = unsafe { Tensor::uninitialized::<f32>(&out_shape)? };
         let mut view = output.try_as_plain_ram_mut()?;
         let planes = PlaneWork {
             geometry: Geometry {
