@@ -215,6 +215,26 @@ pub(super) fn activate(
     }
 }
 
+/// [`activate`] on sixteen values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) fn activate16(
+    v: std::arch::x86_64::__m512,
+    then: super::Then,
+    slope: f32,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let zero = _mm512_setzero_ps();
+    match then {
+        super::Then::Nothing => v,
+        super::Then::Relu => _mm512_max_ps(v, zero),
+        super::Then::Prelu => {
+            let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero);
+            _mm512_mask_blend_ps(negative, v, _mm512_mul_ps(v, _mm512_set1_ps(slope)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::test_models::{first_output, prelu_model, slopes, test_input, SIDE};
