@@ -153,8 +153,11 @@ mod simd {
     }
 
     /// # Safety
-    /// The CPU has `T`'s features; `x` holds `k × n` values, `out` `m × n`.
+    /// The CPU has `T`'s features; the kernel holds `m × k` values, `x`
+    /// `k × n`, `out` `m × n`.
     pub(super) unsafe fn run<T: Tile>(g: &Gemm, x: &[f32], n: usize, out: &mut [f32]) {
+        // `Pass::w` and `spare` hold rows for at most `MAX_MR` channels.
+        const { assert!(T::MR <= MAX_MR) };
         let (m, k) = (g.m, g.k);
         // The last pixels, when fewer than a tile, zero-padded to one.
         let mut edge = vec![0f32; KC.min(k) * NR];
@@ -329,9 +332,8 @@ mod tests {
             kernels.contains(&Kernel::Avx2),
             "this test needs an x86-64 CPU with AVX2 and FMA"
         );
-        // Not silent: the AVX-512 tile is checked where it can run, and runs
-        // nowhere else.
-        eprintln!("gemm kernels checked on this CPU: {kernels:?}");
+        // The AVX-512 tile is checked on CPUs that have it, the only ones
+        // that ever run it.
         let shapes = [
             (1, 1, 1),
             (6, 16, 16),
@@ -343,6 +345,7 @@ mod tests {
             (4, 8, 9000),
             (20, 520, 130),
             (7, 300, 600),
+            (16, 300, 600),
         ];
         for (kernel, (m, k, n)) in kernels.iter().flat_map(|&kr| shapes.map(|s| (kr, s))) {
             for then in [Then::Nothing, Then::Relu, Then::Prelu] {
