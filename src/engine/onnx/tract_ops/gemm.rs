@@ -43,6 +43,9 @@ pub(super) enum Kernel {
 }
 
 impl Kernel {
+    /// Every vector kernel, best first.
+    const ALL: [Kernel; 2] = [Kernel::Avx512, Kernel::Avx2];
+
     /// Whether this CPU runs it.
     fn runs_here(self) -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -61,9 +64,7 @@ impl Kernel {
 
     /// The best this CPU runs.
     fn best() -> Option<Kernel> {
-        [Kernel::Avx512, Kernel::Avx2]
-            .into_iter()
-            .find(|k| k.runs_here())
+        Kernel::ALL.into_iter().find(|k| k.runs_here())
     }
 }
 
@@ -76,23 +77,36 @@ pub(super) fn available() -> bool {
 impl Gemm<'_> {
     /// One image: `x` holds `k × n` values, `out` `m × n`.
     pub fn run(&self, x: &[f32], n: usize, out: &mut [f32]) {
-        match Kernel::best() {
-            Some(kernel) => self.run_with(kernel, x, n, out),
-            None => self.run_plain(x, n, out),
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernel) = Kernel::best() {
+            // SAFETY: `best` returns only a kernel this CPU runs.
+            unsafe { self.run_on(kernel, x, n, out) };
+            return;
         }
+        self.run_plain(x, n, out)
     }
 
-    /// One image on `kernel`, which this CPU must run.
-    pub fn run_with(&self, kernel: Kernel, x: &[f32], n: usize, out: &mut [f32]) {
-        // The vector kernels read and write by pointer within these.
-        assert!(self.weights.kernel.len() == self.m * self.k);
-        assert!(x.len() == self.k * n && out.len() == self.m * n);
+    /// One image on `kernel`, which this CPU must run (for tests: `run`
+    /// picks the best).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    fn run_with(&self, kernel: Kernel, x: &[f32], n: usize, out: &mut [f32]) {
         assert!(
             kernel.runs_here(),
             "{kernel:?} needs a CPU feature this one lacks"
         );
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU runs `kernel` (asserted above); lengths checked.
+        // SAFETY: checked just above.
+        unsafe { self.run_on(kernel, x, n, out) }
+    }
+
+    /// # Safety
+    /// This CPU runs `kernel`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run_on(&self, kernel: Kernel, x: &[f32], n: usize, out: &mut [f32]) {
+        // The vector kernels read and write by pointer within these.
+        assert!(self.weights.kernel.len() == self.m * self.k);
+        assert!(x.len() == self.k * n && out.len() == self.m * n);
+        // SAFETY: the CPU runs `kernel` (the caller's contract); lengths
+        // checked.
         unsafe {
             match kernel {
                 Kernel::Avx512 => simd::run::<simd::Avx512>(self, x, n, out),
@@ -324,10 +338,7 @@ mod tests {
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn the_vector_kernels_give_the_plain_sums() {
-        let kernels: Vec<Kernel> = [Kernel::Avx512, Kernel::Avx2]
-            .into_iter()
-            .filter(|k| k.runs_here())
-            .collect();
+        let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.runs_here()).collect();
         assert!(
             kernels.contains(&Kernel::Avx2),
             "this test needs an x86-64 CPU with AVX2 and FMA"
