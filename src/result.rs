@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::gallery::{Enrolled, Forgotten, Known, Match};
+use crate::gallery::{Candidate, Enrolled, Forgotten, Known, Match};
 use crate::pipeline::{Face, Frame};
 
 /// What a face that matches nobody is called in the answers; inside the code
@@ -135,11 +135,30 @@ pub struct FaceDoc {
     #[serde(serialize_with = "name_or_unknown")]
     pub name: Option<String>,
     pub distance: Option<f32>,
+    /// With the request parameter `top_k`: the nearest people, one entry
+    /// each, nearest first, whether within the threshold or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<Vec<CandidateDoc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
     /// Sequence models: the face's track, stable within the sequence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub track: Option<u32>,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct CandidateDoc {
+    pub name: String,
+    pub distance: f32,
+}
+
+impl From<&Candidate> for CandidateDoc {
+    fn from(c: &Candidate) -> Self {
+        CandidateDoc {
+            name: c.name.clone(),
+            distance: c.distance,
+        }
+    }
 }
 
 #[derive(Serialize, Debug)]
@@ -159,7 +178,7 @@ pub struct ForgottenDoc {
 }
 
 impl FaceDoc {
-    pub fn new(face: &Face, matched: &Match, with_embedding: bool) -> Self {
+    pub fn new(face: &Face, matched: &Match, with_embedding: bool, with_candidates: bool) -> Self {
         FaceDoc {
             bbox: BoxDoc {
                 left: face.bbox.left.round() as i64,
@@ -171,6 +190,8 @@ impl FaceDoc {
             landmarks: face.landmarks.to_vec(),
             name: matched.name.clone(),
             distance: matched.distance,
+            candidates: with_candidates
+                .then(|| matched.candidates.iter().map(CandidateDoc::from).collect()),
             embedding: with_embedding.then(|| face.embedding.clone()),
             track: None,
         }
@@ -252,8 +273,12 @@ mod tests {
         let m = Match {
             name: None,
             distance: Some(0.7),
+            candidates: vec![Candidate {
+                name: "bob".into(),
+                distance: 0.7,
+            }],
         };
-        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, false)]);
+        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, false, false)]);
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["image"], serde_json::json!({"width": 4, "height": 3}));
         let f = &v["faces"][0];
@@ -264,6 +289,10 @@ mod tests {
         assert_eq!(f["name"], "unknown");
         assert!(f["score"].is_null());
         assert!(f.get("embedding").is_none());
+        assert!(
+            f.get("candidates").is_none(),
+            "only when the request asks top_k"
+        );
         assert!(v.get("enrolled").is_none());
         assert_eq!(f["landmarks"].as_array().unwrap().len(), 5);
 
@@ -272,9 +301,14 @@ mod tests {
             added: true,
             gallery_size: 3,
         };
-        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, true)]).with_enrolled(&e);
+        let doc =
+            ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, true, true)]).with_enrolled(&e);
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["enrolled"]["gallery_size"], 3);
+        assert_eq!(
+            v["faces"][0]["candidates"],
+            serde_json::json!([{"name": "bob", "distance": 0.7}])
+        );
         assert_eq!(v["faces"][0]["embedding"], serde_json::json!([0.5, 0.25]));
     }
 

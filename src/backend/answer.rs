@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use crate::backend::controls::Step;
 use crate::backend::enroll::Analyzed;
+use crate::backend::job::Job;
 use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
 use crate::gallery::Enrolled;
-use crate::pipeline::{Face, Frame};
+use crate::pipeline::Face;
 use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
 use crate::sequence::{Observed, Sequences};
 use crate::triton::BytesTensor;
@@ -35,7 +36,7 @@ pub fn answer(
     let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
     let mut docs = match managed {
         Some(docs) => docs,
-        None => image_docs(model, &job.frames, &faces, enrolled, threshold),
+        None => image_docs(model, &job, &faces, enrolled, threshold)?,
     };
     if let Some(step) = &job.step {
         let sequences = sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
@@ -51,29 +52,35 @@ pub fn answer(
 /// enrollment's record where there is one.
 fn image_docs(
     model: &ModelState,
-    frames: &[Frame],
+    job: &Job,
     faces: &[Vec<Face>],
     enrolled: Option<Vec<Enrolled>>,
     threshold: f32,
-) -> Vec<ImageDoc> {
+) -> Result<Vec<ImageDoc>> {
     let with_embeddings = model.settings.return_embeddings;
     let mut enrolled = enrolled.map(Vec::into_iter);
-    frames
+    job.frames
         .iter()
         .zip(faces)
         .map(|(frame, faces)| {
             let docs = faces
                 .iter()
                 .map(|f| {
-                    let matched = model.gallery.best_match(&f.embedding, threshold);
-                    FaceDoc::new(f, &matched, with_embeddings)
+                    let top_k = job.top_k.unwrap_or(1);
+                    let matched = model.gallery.best_match(&f.embedding, threshold, top_k)?;
+                    Ok(FaceDoc::new(
+                        f,
+                        &matched,
+                        with_embeddings,
+                        job.top_k.is_some(),
+                    ))
                 })
-                .collect();
+                .collect::<Result<Vec<_>>>()?;
             let doc = ImageDoc::new(frame, docs);
-            match enrolled.as_mut().and_then(Iterator::next) {
+            Ok(match enrolled.as_mut().and_then(Iterator::next) {
                 Some(e) => doc.with_enrolled(&e),
                 None => doc,
-            }
+            })
         })
         .collect()
 }

@@ -372,7 +372,7 @@ mod tests {
         assert!(s.match_threshold.is_none());
         assert_eq!(s.max_image_pixels, 40_000_000);
         assert_eq!(s.max_faces_per_image, 64);
-        assert_eq!(s.max_gallery_size, 10_000);
+        assert_eq!(s.max_gallery_size, 1_000_000);
         assert!(!s.return_embeddings && !s.batched && s.sequence.is_none());
         assert_eq!(s.min_compute_capability, Capability::DEFAULT_MIN);
         // The ONNX engine's own defaults and the table's agree.

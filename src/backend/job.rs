@@ -1,12 +1,14 @@
 //! What one request asks for: its frames (from IMAGE or ENCODED), the names
 //! to enroll (ENROLL), or a change to the gallery instead (FORGET, LIST);
-//! its own match threshold (request parameter `match_threshold`); and for
-//! sequence models its place in the sequence.
+//! its own match threshold (request parameter `match_threshold`) and how
+//! many nearest people to list (`top_k`); and for sequence models its place
+//! in the sequence.
 
 use crate::backend::config::Settings;
 use crate::backend::controls::{read_step, Step};
 use crate::backend::tensors::{read_encoded, read_pixels, read_strings, ENCODED, IMAGE};
 use crate::error::{Error, Result};
+use crate::gallery::MAX_TOP_K;
 use crate::pipeline::Frame;
 use crate::triton::request::ParameterValue;
 use crate::triton::{sys, Input, Request};
@@ -15,6 +17,7 @@ pub const ENROLL: &str = "ENROLL";
 pub const FORGET: &str = "FORGET";
 pub const LIST: &str = "LIST";
 pub const MATCH_THRESHOLD: &str = "match_threshold";
+pub const TOP_K: &str = "top_k";
 
 /// A request that manages the gallery instead of showing an image.
 pub enum Manage {
@@ -30,6 +33,8 @@ pub struct Job {
     pub manage: Option<Manage>,
     /// The request's own `match_threshold`, else the model's holds.
     pub threshold: Option<f32>,
+    /// The request's `top_k`: each face lists this many nearest people.
+    pub top_k: Option<usize>,
     /// Sequence models: this request's place in its sequence.
     pub step: Option<Step>,
 }
@@ -61,12 +66,14 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
         enroll: None,
         manage: None,
         threshold: None,
+        top_k: None,
         step,
     };
     if job.is_idle() {
         return Ok(job);
     }
     job.threshold = read_threshold(request)?;
+    job.top_k = read_top_k(request)?;
     job.manage = read_manage(request)?;
     if job.manage.is_some() {
         for alone in [IMAGE, ENCODED, ENROLL] {
@@ -182,6 +189,20 @@ fn read_threshold(request: &Request) -> Result<Option<f32>> {
         None => Err(Error::invalid(format!(
             "request parameter {MATCH_THRESHOLD} = {value} is invalid: expected a positive \
              number (the same-person distance: Euclidean for dlib, 1 - cosine for onnx)"
+        ))),
+    }
+}
+
+/// The request parameter `top_k`: an integer from 1 to `MAX_TOP_K`.
+fn read_top_k(request: &Request) -> Result<Option<usize>> {
+    let Some(value) = request.parameter(TOP_K)? else {
+        return Ok(None);
+    };
+    match value {
+        ParameterValue::Int(n) if (1..=MAX_TOP_K as i64).contains(&n) => Ok(Some(n as usize)),
+        _ => Err(Error::invalid(format!(
+            "request parameter {TOP_K} = {value} is invalid: expected an integer from 1 to \
+             {MAX_TOP_K} (the nearest people listed per face)"
         ))),
     }
 }

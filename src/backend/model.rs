@@ -163,6 +163,22 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
             m.renamed_to.display()
         ));
     }
+    let index = &opened.index;
+    if let Some(why) = &index.not_used {
+        log::warn(&format!(
+            "model '{name}': saved gallery index not used: {why}"
+        ));
+    }
+    log::info(&format!(
+        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed",
+        if index.from_file {
+            "loaded from its file"
+        } else {
+            "built"
+        },
+        index.added,
+        index.removed
+    ));
     if opened.foreign > 0 {
         log::warn(&format!(
             "model '{name}': {} enrolled faces in the gallery store were made by another \

@@ -1,20 +1,26 @@
-//! The gallery in memory: what matching reads, and how changes apply to it,
-//! this server's own and other servers' (read by a follower) alike, in
-//! whatever order they arrive. Three rules make the order not matter:
-//! an enrollment already present (by id) is not added twice; a removal
-//! removes its name's enrollments older than itself and leaves a tombstone,
-//! so an older enrollment of that name arriving later is not added; and an
-//! enrollment at or below the follower's caught-up change is the follower's
-//! to add (it was read, or it is gone).
+//! The gallery's names in memory: which entry (by its key in the vector
+//! index) is whose, and how changes apply, this server's own and other
+//! servers' (read by a follower) alike, in whatever order they arrive. Three
+//! rules make the order not matter: an enrollment already present (by id) is
+//! not added twice; a removal removes its name's enrollments older than
+//! itself and leaves a tombstone, so an older enrollment of that name
+//! arriving later is not added; and an enrollment at or below the follower's
+//! caught-up change is the follower's to add (it was read, or it is gone).
+//!
+//! The vectors live in the index (`super::index`), not here: an entry is a
+//! name and an origin, about 100 bytes with its share of the maps.
 
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
-use super::store::{Changes, Stamp, Stored};
+use super::store::{Changes, Stamp};
+
+/// Keys of gallery images start here, above every store id (an enrollment's
+/// key is its row id).
+pub(super) const FOLDER_KEYS: u64 = 1 << 62;
 
 pub(super) struct Entry {
     pub name: String,
-    pub embedding: Vec<f32>,
     pub origin: Origin,
 }
 
@@ -25,20 +31,17 @@ pub(super) enum Origin {
 }
 
 impl Entry {
-    pub fn stored(s: Stored) -> Self {
-        Entry {
-            name: s.name,
-            embedding: s.embedding,
-            origin: Origin::Store(s.stamp),
-        }
-    }
-
     fn stamp(&self) -> Option<Stamp> {
         match self.origin {
             Origin::Store(s) => Some(s),
             Origin::File(_) => None,
         }
     }
+}
+
+/// The key of a stored enrollment in the vector index.
+pub(super) fn key_of(stamp: Stamp) -> u64 {
+    stamp.id as u64
 }
 
 /// What applying other servers' changes did.
@@ -50,14 +53,25 @@ pub struct Applied {
     pub refused: usize,
 }
 
+/// Whether an enrollment may join the gallery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Admit,
+    /// Present already (by id).
+    Present,
+    /// Removed by a later FORGET, or the follower's to add.
+    Unwanted,
+    /// The gallery is at max_gallery_size.
+    Full,
+}
+
 #[derive(Default)]
 pub(super) struct Entries {
-    pub from_images: Vec<Entry>,
-    pub enrolled: Vec<Entry>,
-    /// Entries per enrolled name: an ENROLL of a new name checks for
-    /// duplicates without a scan, so its cost does not grow with the gallery.
-    pub enrolled_names: HashMap<String, usize>,
-    ids: HashSet<i64>,
+    by_key: HashMap<u64, Entry>,
+    /// Keys per name: ENROLL's duplicate check and FORGET touch only their
+    /// name's entries, so their cost does not grow with the gallery.
+    by_name: HashMap<String, Vec<u64>>,
+    next_folder_key: u64,
     /// Followed stores: name -> the latest removal applied, until the
     /// follower has caught up past it.
     tombstones: HashMap<String, i64>,
@@ -67,121 +81,166 @@ pub(super) struct Entries {
 }
 
 impl Entries {
-    pub fn new(enrolled: Vec<Stored>, caught_up: i64, following: bool) -> Self {
-        let mut e = Entries {
+    pub fn new(caught_up: i64, following: bool) -> Self {
+        Entries {
             caught_up,
             following,
+            next_folder_key: FOLDER_KEYS,
             ..Entries::default()
-        };
-        for s in enrolled {
-            e.insert(Entry::stored(s));
         }
-        e
     }
 
     pub fn len(&self) -> usize {
-        self.from_images.len() + self.enrolled.len()
+        self.by_key.len()
     }
 
-    pub fn all(&self) -> impl Iterator<Item = &Entry> {
-        self.from_images.iter().chain(self.enrolled.iter())
+    pub fn get(&self, key: u64) -> Option<&Entry> {
+        self.by_key.get(&key)
     }
 
-    /// The entries called `name`: the gallery images (few, always scanned)
-    /// and the enrolled ones, scanned only when the name is enrolled.
-    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> {
-        let enrolled = if self.enrolled_names.contains_key(name) {
-            &self.enrolled[..]
-        } else {
-            &[]
-        };
-        self.from_images
+    /// The keys of `name`'s entries.
+    pub fn keys_of(&self, name: &str) -> &[u64] {
+        self.by_name.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every name with the keys of its entries.
+    pub fn names(&self) -> impl Iterator<Item = (&str, &[u64])> {
+        self.by_name.iter().map(|(n, k)| (n.as_str(), k.as_slice()))
+    }
+
+    pub fn has_enrolled(&self, name: &str) -> bool {
+        self.keys_of(name)
             .iter()
-            .chain(enrolled)
-            .filter(move |x| x.name == name)
+            .any(|k| self.by_key[k].stamp().is_some())
     }
 
-    /// This server's enrollments, just committed.
-    pub fn add_own(&mut self, added: impl IntoIterator<Item = Stored>) {
-        for s in added {
-            if self.wanted(s.stamp, &s.name) && s.stamp.change > self.caught_up {
-                self.insert(Entry::stored(s));
-            }
+    /// The gallery images of `name`.
+    pub fn files_of(&self, name: &str) -> Vec<&Path> {
+        self.keys_of(name)
+            .iter()
+            .filter_map(|k| match &self.by_key[k].origin {
+                Origin::File(f) => Some(f.as_path()),
+                Origin::Store(_) => None,
+            })
+            .collect()
+    }
+
+    /// The keys of every stored enrollment.
+    pub fn store_keys(&self) -> Vec<u64> {
+        self.by_key
+            .iter()
+            .filter(|(_, e)| e.stamp().is_some())
+            .map(|(&k, _)| k)
+            .collect()
+    }
+
+    /// Every gallery-image key given so far is below this one.
+    pub fn folder_keys_below(&self) -> u64 {
+        self.next_folder_key + 1
+    }
+
+    /// A key for a gallery image, never used before.
+    pub fn folder_key(&mut self) -> u64 {
+        self.next_folder_key += 1;
+        self.next_folder_key
+    }
+
+    pub fn insert_file(&mut self, key: u64, name: &str, file: &Path) {
+        self.insert(key, name, Origin::File(file.to_path_buf()));
+    }
+
+    /// This server's enrollment, just committed: wanted, and not the
+    /// follower's to add.
+    pub fn own_verdict(&self, stamp: Stamp, name: &str) -> Verdict {
+        match self.wanted(stamp, name) {
+            Verdict::Admit if stamp.change <= self.caught_up => Verdict::Unwanted,
+            v => v,
         }
     }
 
-    /// This server's FORGET, just committed at `change`. (Another server's
-    /// newer enrollment of the name may already be here: it stays.)
-    pub fn forget_own(&mut self, names: &[String], change: i64) {
+    /// Another server's enrollment, beyond `max` entries refused.
+    pub fn followed_verdict(&self, stamp: Stamp, name: &str, max: usize) -> Verdict {
+        match self.wanted(stamp, name) {
+            Verdict::Admit if self.len() >= max => Verdict::Full,
+            v => v,
+        }
+    }
+
+    pub fn insert_stored(&mut self, stamp: Stamp, name: &str) {
+        self.insert(key_of(stamp), name, Origin::Store(stamp));
+    }
+
+    /// This server's FORGET, just committed at `change`: the keys it removed.
+    /// (Another server's newer enrollment of the name may already be here: it
+    /// stays.)
+    pub fn forget_own(&mut self, names: &[String], change: i64) -> Vec<u64> {
+        let mut gone = Vec::new();
         for name in names {
-            self.remove(name, change);
+            gone.extend(self.remove(name, change));
             self.tombstone(name, change);
         }
+        gone
     }
 
-    /// Other servers' changes; enrollments beyond `max` entries are refused.
-    pub fn apply(&mut self, changes: Changes, max: usize) -> Applied {
-        let mut applied = Applied::default();
+    /// Other servers' removals: how many entries went, and their keys.
+    pub fn apply_removals(&mut self, changes: &Changes) -> (usize, Vec<u64>) {
+        let mut gone = Vec::new();
         for r in &changes.removed {
-            applied.removed += self.remove(&r.name, r.change);
+            gone.extend(self.remove(&r.name, r.change));
             self.tombstone(&r.name, r.change);
         }
-        for s in changes.enrolled {
-            if !self.wanted(s.stamp, &s.name) {
-                continue;
-            }
-            if self.len() >= max {
-                applied.refused += 1;
-                continue;
-            }
-            self.insert(Entry::stored(s));
-            applied.added += 1;
-        }
-        self.caught_up = self.caught_up.max(changes.upto);
+        (gone.len(), gone)
+    }
+
+    /// Every change up to `upto` has been read and applied.
+    pub fn caught_up_to(&mut self, upto: i64) {
+        self.caught_up = self.caught_up.max(upto);
         // Anything still to come is newer than these: they can go.
         let caught_up = self.caught_up;
         self.tombstones.retain(|_, change| *change > caught_up);
-        applied
     }
 
     /// Not present yet and not removed by a later FORGET.
-    fn wanted(&self, stamp: Stamp, name: &str) -> bool {
-        !self.ids.contains(&stamp.id)
-            && self
-                .tombstones
-                .get(name)
-                .is_none_or(|&removed| removed < stamp.change)
+    fn wanted(&self, stamp: Stamp, name: &str) -> Verdict {
+        if self.by_key.contains_key(&key_of(stamp)) {
+            return Verdict::Present;
+        }
+        let removed = self.tombstones.get(name);
+        if removed.is_some_and(|&removed| removed >= stamp.change) {
+            return Verdict::Unwanted;
+        }
+        Verdict::Admit
     }
 
-    fn insert(&mut self, entry: Entry) {
-        if let Some(stamp) = entry.stamp() {
-            self.ids.insert(stamp.id);
+    fn insert(&mut self, key: u64, name: &str, origin: Origin) {
+        let entry = Entry {
+            name: name.to_string(),
+            origin,
+        };
+        if self.by_key.insert(key, entry).is_none() {
+            self.by_name.entry(name.to_string()).or_default().push(key);
         }
-        *self.enrolled_names.entry(entry.name.clone()).or_default() += 1;
-        self.enrolled.push(entry);
     }
 
-    /// Remove `name`'s enrollments older than change `before`; how many.
-    fn remove(&mut self, name: &str, before: i64) -> usize {
-        if !self.enrolled_names.contains_key(name) {
-            return 0;
-        }
-        let (ids, names) = (&mut self.ids, &mut self.enrolled_names);
-        let before_len = self.enrolled.len();
-        self.enrolled.retain(|x| match x.stamp() {
-            Some(s) if x.name == name && s.change < before => {
-                ids.remove(&s.id);
-                if let Some(n) = names.get_mut(name) {
-                    *n -= 1;
-                }
+    /// Remove `name`'s enrollments older than change `before`: their keys.
+    fn remove(&mut self, name: &str, before: i64) -> Vec<u64> {
+        let Some(keys) = self.by_name.get_mut(name) else {
+            return Vec::new();
+        };
+        let by_key = &mut self.by_key;
+        let mut gone = Vec::new();
+        keys.retain(|k| match by_key[k].stamp() {
+            Some(s) if s.change < before => {
+                by_key.remove(k);
+                gone.push(*k);
                 false
             }
             _ => true,
         });
-        if names.get(name) == Some(&0) {
-            names.remove(name);
+        if keys.is_empty() {
+            self.by_name.remove(name);
         }
-        before_len - self.enrolled.len()
+        gone
     }
 
     fn tombstone(&mut self, name: &str, change: i64) {
@@ -189,107 +248,5 @@ impl Entries {
             let t = self.tombstones.entry(name.to_string()).or_default();
             *t = (*t).max(change);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gallery::store::Removal;
-
-    fn s(id: i64, change: i64, name: &str) -> Stored {
-        Stored {
-            stamp: Stamp { id, change },
-            name: name.into(),
-            embedding: vec![id as f32],
-        }
-    }
-
-    fn names(e: &Entries) -> Vec<(String, i64)> {
-        let mut v: Vec<_> = e
-            .enrolled
-            .iter()
-            .map(|x| (x.name.clone(), x.stamp().unwrap().id))
-            .collect();
-        v.sort();
-        v
-    }
-
-    fn changes(upto: i64, enrolled: Vec<Stored>, removed: &[(&str, i64)]) -> Changes {
-        let removed = removed
-            .iter()
-            .map(|(n, c)| Removal {
-                name: n.to_string(),
-                change: *c,
-            })
-            .collect();
-        Changes {
-            upto,
-            enrolled,
-            removed,
-        }
-    }
-
-    #[test]
-    fn own_and_followed_changes_meet_once() {
-        let mut e = Entries::new(vec![s(1, 1, "a")], 1, true);
-        e.add_own(vec![s(2, 2, "b")]);
-        // The follower reads the same row again: not added twice.
-        let got = e.apply(changes(2, vec![s(2, 2, "b")], &[]), 100);
-        assert_eq!(got.added, 0);
-        assert_eq!(names(&e), vec![("a".into(), 1), ("b".into(), 2)]);
-        assert_eq!(e.enrolled_names.get("b"), Some(&1));
-    }
-
-    #[test]
-    fn an_older_enrollment_arriving_after_a_forget_stays_out() {
-        // The follower's snapshot (up to 3) was read before this server's
-        // FORGET of "a" at 4 committed, and applied after it.
-        let mut e = Entries::new(vec![], 2, true);
-        e.forget_own(&["a".to_string()], 4);
-        let got = e.apply(changes(3, vec![s(3, 3, "a")], &[]), 100);
-        assert_eq!(got.added, 0);
-        assert!(names(&e).is_empty());
-        // Once caught up past it, the tombstone goes; newer ones are added.
-        e.apply(changes(4, vec![], &[("a", 4)]), 100);
-        assert!(e.tombstones.is_empty());
-        e.apply(changes(5, vec![s(5, 5, "a")], &[]), 100);
-        assert_eq!(names(&e), vec![("a".into(), 5)]);
-    }
-
-    #[test]
-    fn an_own_enrollment_the_follower_saw_removed_stays_out() {
-        // This server's ENROLL of "a" committed at 5; another server forgot
-        // "a" at 6; the follower applied that before this server's own add.
-        let mut e = Entries::new(vec![], 4, true);
-        e.apply(changes(6, vec![], &[("a", 6)]), 100);
-        e.add_own(vec![s(9, 5, "a")]);
-        assert!(names(&e).is_empty());
-    }
-
-    #[test]
-    fn a_removal_keeps_newer_enrollments_and_counts() {
-        let mut e = Entries::new(vec![s(1, 1, "a"), s(2, 2, "a"), s(3, 4, "a")], 4, true);
-        let got = e.apply(changes(5, vec![], &[("a", 3)]), 100);
-        assert_eq!(got.removed, 2);
-        assert_eq!(names(&e), vec![("a".into(), 3)]);
-        assert_eq!(e.enrolled_names.get("a"), Some(&1));
-    }
-
-    #[test]
-    fn a_full_gallery_refuses_followed_enrollments() {
-        let mut e = Entries::new(vec![s(1, 1, "a")], 1, true);
-        let got = e.apply(changes(3, vec![s(2, 2, "b"), s(3, 3, "c")], &[]), 2);
-        assert_eq!((got.added, got.refused), (1, 1));
-        assert_eq!(e.len(), 2);
-    }
-
-    #[test]
-    fn without_a_follower_no_tombstones_pile_up() {
-        let mut e = Entries::new(vec![s(1, 1, "a")], 0, false);
-        e.forget_own(&["a".to_string()], 7);
-        assert!(e.tombstones.is_empty() && e.enrolled.is_empty());
-        e.add_own(vec![s(2, 2, "a")]);
-        assert_eq!(names(&e), vec![("a".into(), 2)]);
     }
 }

@@ -5,11 +5,11 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::entries::Entries;
+use super::live::Live;
 use super::store::Follower;
 use crate::triton::log;
 
@@ -35,7 +35,7 @@ impl Drop for Following {
 
 struct Loop {
     follower: Box<dyn Follower>,
-    entries: Arc<RwLock<Entries>>,
+    live: Arc<Live>,
     max_size: usize,
     seen: i64,
     stop: Arc<AtomicBool>,
@@ -46,14 +46,14 @@ struct Loop {
 /// Start following from change `seen`.
 pub(super) fn start(
     follower: Box<dyn Follower>,
-    entries: Arc<RwLock<Entries>>,
+    live: Arc<Live>,
     max_size: usize,
     seen: i64,
 ) -> std::io::Result<Following> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut lp = Loop {
         follower,
-        entries,
+        live,
         max_size,
         seen,
         stop: stop.clone(),
@@ -72,12 +72,14 @@ impl Loop {
     fn run(&mut self) {
         let mut backoff = BACKOFF.0;
         while !self.stopped() {
-            let step = catch_unwind(AssertUnwindSafe(|| self.follower.next(self.seen, SLICE)));
+            let step = catch_unwind(AssertUnwindSafe(|| {
+                match self.follower.next(self.seen, SLICE)? {
+                    Some(changes) => self.apply(changes),
+                    None => Ok(()),
+                }
+            }));
             let failure = match step {
-                Ok(Ok(changes)) => {
-                    if let Some(changes) = changes {
-                        self.apply(changes);
-                    }
+                Ok(Ok(())) => {
                     backoff = BACKOFF.0;
                     continue;
                 }
@@ -90,12 +92,11 @@ impl Loop {
         }
     }
 
-    fn apply(&mut self, changes: super::store::Changes) {
+    /// Apply what other servers changed. On an error the same changes are
+    /// read again from `seen` later: what was applied is not applied twice.
+    fn apply(&mut self, changes: super::store::Changes) -> crate::error::Result<()> {
         let upto = changes.upto;
-        let applied = {
-            let mut e = self.entries.write().unwrap_or_else(|e| e.into_inner());
-            e.apply(changes, self.max_size)
-        };
+        let applied = self.live.apply(changes, self.max_size)?;
         self.seen = self.seen.max(upto);
         if let Some(since) = self.outage.take() {
             log::info(&format!(
@@ -112,6 +113,7 @@ impl Loop {
                 self.max_size
             ));
         }
+        Ok(())
     }
 
     fn lost(&mut self, why: String) {

@@ -3,45 +3,62 @@
 //! written) and run-time enrollments, kept in a `Store` (SQLite in the same
 //! folder).
 //!
-//! Matching reads the in-memory entries under a read lock. A change (ENROLL,
-//! FORGET) takes the writer lock (the store's mutex: one change at a time),
-//! decides against the current entries, writes the store durably, and only
-//! then takes the entries' write lock for the moment it takes to apply: a
-//! slow disk never blocks recognition, and nothing is in memory (or
+//! Matching searches a vector index (`index.rs`) and names what it finds
+//! (`live.rs`). A change (ENROLL, FORGET) takes the writer lock (the store's
+//! mutex: one change at a time), decides against the current entries, writes
+//! the store durably, and only then applies it in memory, one insertion at a
+//! time: a slow disk never blocks recognition, and nothing is in memory (or
 //! acknowledged) that is not on disk. A store other servers share also has a
 //! follower thread (`follow.rs`) applying their changes.
 
 mod entries;
 pub mod folder;
 mod follow;
+pub mod index;
+mod live;
 pub mod names;
+mod saved;
 pub mod store;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
-use entries::{Entries, Entry, Origin};
+use entries::Entries;
 pub use folder::gallery_images;
 use follow::Following;
+use index::VectorIndex;
+pub use live::Candidate;
+use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
-use store::{Migrated, Store, Stored};
+use saved::Saved;
+use store::{Migrated, Row, Store, Stored};
 
 /// A re-enrollment this close to an existing embedding of the same name is
 /// the same photo again and is not stored twice.
 const DUPLICATE_DISTANCE: f32 = 0.01;
 
-/// The nearest known person for one embedding.
-#[derive(Clone, Debug, PartialEq)]
+/// Requests may ask for at most this many nearest people per face.
+pub const MAX_TOP_K: usize = 100;
+
+/// How many hits wide the graph is searched again before a face is called
+/// unknown (README, "Matching a large gallery").
+const WIDER_SEARCH: usize = 512;
+
+/// The nearest known people for one embedding.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Match {
     /// The person, when within the threshold.
     pub name: Option<String>,
     /// Distance to the nearest entry; `None` for an empty gallery.
     pub distance: Option<f32>,
+    /// The nearest people, one entry each, nearest first (as many as asked).
+    pub candidates: Vec<Candidate>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -86,7 +103,25 @@ pub struct Opened {
     pub store: String,
     /// Another server's changes are followed (a shared store).
     pub following: bool,
+    pub index: Restored,
 }
+
+/// How the vector index was made at open.
+#[derive(Debug, Default, PartialEq)]
+pub struct Restored {
+    /// Loaded from the saved file (else built from the store).
+    pub from_file: bool,
+    /// Why the saved file was not used, when there was one.
+    pub not_used: Option<String>,
+    /// Vectors read from the store and inserted; stale ones removed.
+    pub added: usize,
+    pub removed: usize,
+}
+
+/// A load that inserts or removes this many vectors saves the index at once.
+const SAVE_AT_OPEN: usize = 10_000;
+/// `saved_at` of an index never saved.
+const NEVER: u64 = u64::MAX;
 
 /// One request's faces to enroll.
 pub type Faces = Vec<(String, Vec<f32>)>;
@@ -100,7 +135,11 @@ pub struct Gallery {
     /// Held for a whole change: changes take turns, readers never wait on it.
     store: Mutex<Box<dyn Store>>,
     /// Shared with the follower thread, if any.
-    entries: Arc<RwLock<Entries>>,
+    live: Arc<Live>,
+    /// The index's file beside the store, and `live.changes()` when last
+    /// saved or loaded.
+    saved: Saved,
+    saved_at: AtomicU64,
     /// Declared last: dropped (stopped and joined) after nothing else needs it.
     _following: Option<Following>,
 }
@@ -116,54 +155,79 @@ impl Gallery {
         threshold: f32,
         max_size: usize,
     ) -> Result<(Self, Opened)> {
-        let loaded = store.load()?;
-        if loaded.entries.len() > max_size {
+        let listed = store.list()?;
+        if listed.rows.len() > max_size {
             return Err(Error::unavailable(format!(
                 "{}: {} enrolled faces exceed max_gallery_size = {max_size}",
                 store.describe(),
-                loaded.entries.len()
+                listed.rows.len()
             )));
         }
         let follower = store.follower();
+        let saved = Saved::new(dir, format!("{} {dim} {}", metric.name(), store.describe()));
+        let restored = restore(&saved, store.as_mut(), metric, dim, listed.rows)?;
+        let live = Live::around(restored.index, listed.change, follower.is_some());
+        let added = live.load(restored.stored, restored.rows)?;
+        let live = Arc::new(live);
+        let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
         let opened = Opened {
-            enrolled: loaded.entries.len(),
-            foreign: loaded.foreign,
-            migrated: loaded.migrated,
+            enrolled: live.read().len(),
+            foreign: listed.foreign,
+            migrated: listed.migrated,
             store: store.describe(),
             following: follower.is_some(),
+            index: Restored {
+                added,
+                ..restored.how
+            },
         };
-        let entries = Entries::new(loaded.entries, loaded.change, follower.is_some());
-        let entries = Arc::new(RwLock::new(entries));
-        let following = match follower {
-            None => None,
-            Some(f) => Some(
-                follow::start(f, entries.clone(), max_size, loaded.change).map_err(|e| {
-                    Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
-                })?,
-            ),
-        };
-        let gallery = Gallery {
+        let mut gallery = Gallery {
             dir: dir.to_path_buf(),
             metric,
             dim,
             threshold,
             max_size,
             store: Mutex::new(store),
-            entries,
-            _following: following,
+            live,
+            saved,
+            saved_at: AtomicU64::new(if clean { 0 } else { NEVER }),
+            _following: None,
         };
+        if added + restored.how.removed >= SAVE_AT_OPEN {
+            // Rebuilt or caught up a lot: keep that work even if the server
+            // is killed before the model unloads.
+            gallery.save_index()?;
+        }
+        let following = match follower {
+            None => None,
+            Some(f) => Some(
+                follow::start(f, gallery.live.clone(), max_size, listed.change).map_err(|e| {
+                    Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
+                })?,
+            ),
+        };
+        gallery._following = following;
         Ok((gallery, opened))
     }
 
-    // A panic elsewhere while a lock was held cannot leave the entries half
-    // changed (they change only after the store is written, in one step), so
-    // a poisoned lock is still safe to use.
-    fn read(&self) -> RwLockReadGuard<'_, Entries> {
-        self.entries.read().unwrap_or_else(|e| e.into_inner())
+    /// Save the vector index beside the store, if it changed since it was
+    /// last saved (or loaded).
+    pub fn save_index(&self) -> Result<()> {
+        let changes = self.live.changes();
+        if self.saved_at.load(Ordering::Relaxed) == changes {
+            return Ok(());
+        }
+        let (keys, folder_keys_below) = {
+            let e = self.read();
+            (e.store_keys(), e.folder_keys_below())
+        };
+        self.saved.save(&self.live.index, keys, folder_keys_below)?;
+        self.saved_at.store(changes, Ordering::Relaxed);
+        Ok(())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Entries> {
-        self.entries.write().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> RwLockReadGuard<'_, Entries> {
+        self.live.read()
     }
 
     /// The writer lock. A panic inside a store call drops its transaction
@@ -192,38 +256,35 @@ impl Gallery {
     /// Add a person seen in the gallery image `file` (model load).
     pub fn add_from_image(&self, name: &str, embedding: Vec<f32>, file: &Path) -> Result<()> {
         self.check_dim(&embedding)?;
-        let mut e = self.write();
-        if e.len() >= self.max_size {
+        if self.len() >= self.max_size {
             return Err(Error::unavailable(format!(
                 "gallery is full (max_gallery_size = {})",
                 self.max_size
             )));
         }
-        e.from_images.push(Entry {
-            name: name.to_string(),
-            embedding,
-            origin: Origin::File(file.to_path_buf()),
-        });
-        Ok(())
+        self.live.add_file(name, &embedding, file)
     }
 
-    /// The nearest person to `embedding`, named when within `threshold`.
-    pub fn best_match(&self, embedding: &[f32], threshold: f32) -> Match {
-        let e = self.read();
-        let best = e
-            .all()
-            .map(|entry| (entry, self.metric.distance(&entry.embedding, embedding)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        match best {
-            None => Match {
-                name: None,
-                distance: None,
-            },
-            Some((entry, d)) => Match {
-                name: (d <= threshold).then(|| entry.name.clone()),
-                distance: Some(d),
-            },
+    /// The nearest person to `embedding`, named when within `threshold`,
+    /// and the `top_k` nearest people.
+    pub fn best_match(&self, embedding: &[f32], threshold: f32, top_k: usize) -> Result<Match> {
+        self.check_dim(embedding)?;
+        let wanted = top_k.max(1);
+        let mut candidates = self.live.nearest_people(embedding, wanted, 0)?;
+        let named = |c: &[Candidate]| c.first().is_some_and(|b| b.distance <= threshold);
+        if !named(&candidates) && self.live.approximate() {
+            // A face far from everyone is where a graph search strays (the
+            // hardest case for HNSW): before "unknown", look wider.
+            candidates = self.live.nearest_people(embedding, wanted, WIDER_SEARCH)?;
         }
+        let Some(best) = candidates.first() else {
+            return Ok(Match::default());
+        };
+        Ok(Match {
+            name: (best.distance <= threshold).then(|| best.name.clone()),
+            distance: Some(best.distance),
+            candidates: candidates.into_iter().take(top_k).collect(),
+        })
     }
 
     /// Enroll `embedding` under `name`, durably. On failure nothing changes.
@@ -271,8 +332,18 @@ impl Gallery {
                 stamp,
                 name,
                 embedding,
-            });
-        self.write().add_own(added);
+            })
+            .collect();
+        if let Err(err) = self.live.add_own(added) {
+            // Stored, so not lost (the next load has it), but not matched yet.
+            let err = Error::unavailable(format!(
+                "ENROLL: stored, but not yet in this server's index: {}",
+                err.message()
+            ));
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(err.clone());
+            }
+        }
         results
     }
 
@@ -306,7 +377,11 @@ impl Gallery {
         let close = |n: &str, v: &[f32]| {
             n == name && self.metric.distance(v, &embedding) < DUPLICATE_DISTANCE
         };
-        let duplicate = e.named(&name).any(|x| close(&x.name, &x.embedding))
+        let duplicate = e
+            .keys_of(&name)
+            .iter()
+            .filter_map(|&key| self.live.index.vector(key))
+            .any(|v| close(&name, &v))
             || pending.iter().any(|(n, v)| close(n, v));
         if duplicate {
             return Ok(Enrolled {
@@ -347,9 +422,8 @@ impl Gallery {
                 .collect::<Result<Vec<_>>>()?
         };
         let forgot = store.forget(names)?;
-        let mut e = self.write();
-        e.forget_own(names, forgot.change);
-        let size = e.len();
+        self.live.forget_own(names, forgot.change)?;
+        let size = self.len();
         let forgotten = names.iter().zip(forgot.removed).zip(files);
         Ok(forgotten
             .map(|((name, removed), folder_files)| Forgotten {
@@ -365,7 +439,7 @@ impl Gallery {
     /// the name has nothing else.
     fn files_to_keep(&self, e: &Entries, name: &str) -> Result<Vec<String>> {
         let files = self.files_of(e, name);
-        if files.is_empty() || e.enrolled_names.contains_key(name) {
+        if files.is_empty() || e.has_enrolled(name) {
             return Ok(files);
         }
         Err(Error::invalid(format!(
@@ -378,13 +452,8 @@ impl Gallery {
 
     /// The gallery images of `name`, relative to the folder.
     fn files_of(&self, e: &Entries, name: &str) -> Vec<String> {
-        e.from_images
-            .iter()
-            .filter(|x| x.name == name)
-            .filter_map(|x| match &x.origin {
-                Origin::File(f) => Some(f.as_path()),
-                Origin::Store(_) => None,
-            })
+        e.files_of(name)
+            .into_iter()
             .map(|f| f.strip_prefix(&self.dir).unwrap_or(f).display().to_string())
             .collect()
     }
@@ -393,12 +462,15 @@ impl Gallery {
     pub fn people(&self) -> (Vec<Known>, usize) {
         let e = self.read();
         let mut counts: BTreeMap<(&str, Source), usize> = BTreeMap::new();
-        for (entries, source) in [
-            (&e.from_images, Source::Folder),
-            (&e.enrolled, Source::Enrolled),
-        ] {
-            for x in entries {
-                *counts.entry((x.name.as_str(), source)).or_default() += 1;
+        for (name, keys) in e.names() {
+            let files = e.files_of(name).len();
+            for (source, n) in [
+                (Source::Folder, files),
+                (Source::Enrolled, keys.len() - files),
+            ] {
+                if n > 0 {
+                    counts.insert((name, source), n);
+                }
             }
         }
         let people = counts
@@ -422,6 +494,77 @@ impl Gallery {
         }
         Ok(())
     }
+}
+
+impl Drop for Gallery {
+    /// Stop following first (nothing changes after), then save the index if
+    /// it changed: the next load reads it instead of rebuilding.
+    fn drop(&mut self) {
+        drop(self._following.take());
+        if self.read().store_keys().is_empty() {
+            return;
+        }
+        if let Err(e) = self.save_index() {
+            crate::triton::log::warn(&format!("gallery: index not saved: {e}"));
+        }
+    }
+}
+
+/// The index to start from, and what the store must still give it.
+struct Restoring {
+    index: VectorIndex,
+    /// Entries whose vectors the index lacks, read from the store.
+    stored: Vec<Stored>,
+    rows: Vec<Row>,
+    how: Restored,
+}
+
+/// The saved index, reconciled with the store's `rows`: vectors of rows no
+/// longer there (and of the last load's gallery images) removed, those the
+/// file lacks read from the store. Without a usable file, every vector is.
+fn restore(
+    saved: &Saved,
+    store: &mut dyn Store,
+    metric: Metric,
+    dim: usize,
+    rows: Vec<Row>,
+) -> Result<Restoring> {
+    let mut how = Restored::default();
+    let (index, manifest) = match saved.load(metric, dim) {
+        Ok((index, manifest)) => (index, Some(manifest)),
+        Err(why) => {
+            how.not_used = saved.exists().then(|| why.message().to_string());
+            (VectorIndex::new(metric, dim)?, None)
+        }
+    };
+    if let Some(m) = &manifest {
+        how.from_file = true;
+        let live: std::collections::HashSet<u64> =
+            rows.iter().map(|r| entries::key_of(r.stamp)).collect();
+        let stale = m.keys().filter(|k| !live.contains(k));
+        for key in stale.chain(entries::FOLDER_KEYS..m.folder_keys_below) {
+            if index.contains(key) {
+                index.remove(key)?;
+                how.removed += 1;
+            }
+        }
+    }
+    let missing: Vec<i64> = rows
+        .iter()
+        .filter(|r| !index.contains(entries::key_of(r.stamp)))
+        .map(|r| r.stamp.id)
+        .collect();
+    let stored = match missing.len() {
+        0 => Vec::new(),
+        n if n == rows.len() => store.load()?.entries,
+        _ => store.embeddings(&missing)?,
+    };
+    Ok(Restoring {
+        index,
+        stored,
+        rows,
+        how,
+    })
 }
 
 #[cfg(test)]

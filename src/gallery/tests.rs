@@ -41,11 +41,8 @@ fn a_batch_is_one_write_and_a_bad_request_fails_alone() {
 fn match_enroll_persist_reload() {
     let tmp = tempfile::tempdir().unwrap();
     let g = gallery(tmp.path(), 10);
-    let none = Match {
-        name: None,
-        distance: None,
-    };
-    assert_eq!(g.best_match(&[0.0, 0.0], 0.6), none);
+    let none = Match::default();
+    assert_eq!(g.best_match(&[0.0, 0.0], 0.6, 1).unwrap(), none);
     g.add_from_image("biden", vec![5.0, 5.0], &tmp.path().join("biden.jpg"))
         .unwrap();
     let same_photo = g.enroll("biden", vec![5.0, 5.0]).unwrap();
@@ -55,20 +52,20 @@ fn match_enroll_persist_reload() {
     assert_eq!(r.gallery_size, 2);
     // The same face again is not stored twice.
     assert!(!g.enroll("obama", vec![0.001, 0.0]).unwrap().added);
-    let m = g.best_match(&[0.3, 0.0], 0.6);
+    let m = g.best_match(&[0.3, 0.0], 0.6, 1).unwrap();
     assert_eq!(m.name.as_deref(), Some("obama"));
     assert!((m.distance.unwrap() - 0.3).abs() < 1e-6);
     assert_eq!(
-        g.best_match(&[0.3, 0.0], 0.2).name,
+        g.best_match(&[0.3, 0.0], 0.2, 1).unwrap().name,
         None,
         "a stricter threshold"
     );
-    assert_eq!(g.best_match(&[2.0, 2.0], 0.6).name, None);
+    assert_eq!(g.best_match(&[2.0, 2.0], 0.6, 1).unwrap().name, None);
 
     // Reload: enrollments survive, image entries are rebuilt by the loader.
     let again = gallery(tmp.path(), 10);
     assert_eq!(again.len(), 1);
-    let m = again.best_match(&[0.0, 0.1], 0.6);
+    let m = again.best_match(&[0.0, 0.1], 0.6, 1).unwrap();
     assert_eq!(m.name.as_deref(), Some("obama"));
 }
 
@@ -95,7 +92,7 @@ fn a_failed_write_leaves_the_gallery_unchanged() {
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     assert_eq!(out[0].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
     assert_eq!(g.len(), 1);
-    assert_eq!(g.best_match(&[3.0, 3.0], 0.6).name, None);
+    assert_eq!(g.best_match(&[3.0, 3.0], 0.6, 1).unwrap().name, None);
     other.execute_batch("ROLLBACK").unwrap();
     assert!(g.enroll("b", vec![3.0, 3.0]).unwrap().added);
 }
@@ -108,7 +105,7 @@ fn forget_removes_enrolled_faces_durably() {
     let f = g.forget(&names(&["a", "nobody"])).unwrap();
     assert_eq!((f[0].removed, f[0].gallery_size), (2, 1));
     assert_eq!(f[1].removed, 0, "an unknown name removes nothing");
-    assert_eq!(g.best_match(&[0.0, 0.0], 0.6).name, None);
+    assert_eq!(g.best_match(&[0.0, 0.0], 0.6, 1).unwrap().name, None);
     assert!(
         g.enroll("a", vec![0.0, 0.0]).unwrap().added,
         "still seen as a duplicate"
@@ -164,4 +161,50 @@ fn people_lists_each_name_and_source() {
         ]
     );
     assert_eq!(size, 4);
+}
+
+#[test]
+fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open = || {
+        let store = store::open_sqlite(tmp.path(), &Identity::for_tests("dlib", 2)).unwrap();
+        Gallery::open(tmp.path(), store, Metric::Euclidean, 2, 0.6, 100).unwrap()
+    };
+    let (g, opened) = open();
+    assert_eq!(opened.index, Restored::default(), "nothing saved yet");
+    g.enroll_batch(vec![vec![one("a", 0.0), one("b", 1.0), one("c", 2.0)]]);
+    g.add_from_image("f", vec![9.0, 9.0], &tmp.path().join("f.jpg"))
+        .unwrap();
+    drop(g); // unload: saved
+    let (g, opened) = open();
+    assert!(opened.index.from_file && opened.index.not_used.is_none());
+    assert_eq!(
+        (opened.index.added, opened.index.removed),
+        (0, 1),
+        "the image goes"
+    );
+    assert_eq!(g.best_match(&[9.0, 9.0], 0.6, 1).unwrap().name, None);
+    // Changed, then killed before the unload could save: the file is stale.
+    g.forget(&names(&["b"])).unwrap();
+    g.enroll("d", vec![3.0, 3.0]).unwrap();
+    std::mem::forget(g);
+    let (g, opened) = open();
+    assert!(opened.index.from_file);
+    assert_eq!((opened.index.added, opened.index.removed), (1, 2));
+    let who = |x: f32| g.best_match(&[x, x], 0.1, 1).unwrap().name;
+    assert_eq!(
+        [who(0.0), who(1.0), who(2.0), who(3.0)],
+        [Some("a".into()), None, Some("c".into()), Some("d".into())]
+    );
+    drop(g);
+    // A damaged file is not used, and says why; the store rebuilds it.
+    std::fs::write(tmp.path().join(saved::INDEX_FILE), b"garbage").unwrap();
+    let (g, opened) = open();
+    assert!(!opened.index.from_file);
+    assert!(opened.index.not_used.unwrap().contains("manifest"));
+    assert_eq!(opened.index.added, 3);
+    assert_eq!(
+        g.best_match(&[3.0, 3.0], 0.1, 1).unwrap().name.as_deref(),
+        Some("d")
+    );
 }

@@ -106,6 +106,23 @@ pub struct Loaded {
     pub change: i64,
 }
 
+/// One enrolled face without its embedding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub stamp: Stamp,
+    pub name: String,
+}
+
+/// What a store holds for this model's embedder, without the embeddings:
+/// enough to check a saved index against.
+#[derive(Debug, Default)]
+pub struct Listed {
+    pub rows: Vec<Row>,
+    pub foreign: usize,
+    pub migrated: Option<Migrated>,
+    pub change: i64,
+}
+
 /// Changes other servers made, read by a `Follower`: everything after one
 /// change number up to `upto`, from one consistent snapshot.
 #[derive(Debug, Default, PartialEq)]
@@ -121,6 +138,33 @@ pub struct Changes {
 pub trait Store: Send {
     /// Every live entry of this store's embedder, oldest first.
     fn load(&mut self) -> Result<Loaded>;
+    /// Every live entry of this store's embedder without its embedding,
+    /// oldest first. (This default reads the embeddings too.)
+    fn list(&mut self) -> Result<Listed> {
+        let loaded = self.load()?;
+        let rows = loaded
+            .entries
+            .into_iter()
+            .map(|s| Row {
+                stamp: s.stamp,
+                name: s.name,
+            })
+            .collect();
+        Ok(Listed {
+            rows,
+            foreign: loaded.foreign,
+            migrated: loaded.migrated,
+            change: loaded.change,
+        })
+    }
+    /// The entries with these ids (those still there). (This default reads
+    /// them all.)
+    fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
+        let wanted: std::collections::HashSet<i64> = ids.iter().copied().collect();
+        let mut entries = self.load()?.entries;
+        entries.retain(|s| wanted.contains(&s.stamp.id));
+        Ok(entries)
+    }
     /// Add `entries` (name, embedding) all together or not at all; their
     /// stamps, in order.
     fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>>;

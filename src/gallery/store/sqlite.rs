@@ -11,7 +11,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::schema::{migrate, sql_error};
 use super::{
-    from_blob, legacy, now_ms, to_blob, Forgot, Identity, Loaded, Migrated, Stamp, Store, Stored,
+    from_blob, legacy, now_ms, to_blob, Forgot, Identity, Listed, Loaded, Migrated, Row, Stamp,
+    Store, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -101,6 +102,32 @@ pub(super) fn insert(conn: &Connection, embedder: i64, name: &str, blob: &[u8]) 
     Ok(conn.last_insert_rowid())
 }
 
+impl SqliteStore {
+    /// Rows of other embedders (kept, never matched).
+    fn foreign(&self) -> Result<usize> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM enrollments WHERE embedder != ?1",
+                [self.embedder],
+                |r| r.get(0),
+            )
+            .map_err(sql_error)?;
+        Ok(n as usize)
+    }
+
+    fn decode(&self, id: i64, name: &str, blob: &[u8]) -> Result<Vec<f32>> {
+        from_blob(blob, self.identity.dim).ok_or_else(|| {
+            Error::unavailable(format!(
+                "{}: enrollment {id} ({name:?}) has {} bytes, not {} floats",
+                self.path.display(),
+                blob.len(),
+                self.identity.dim
+            ))
+        })
+    }
+}
+
 impl Store for SqliteStore {
     fn load(&mut self) -> Result<Loaded> {
         let mut stmt = self
@@ -109,20 +136,17 @@ impl Store for SqliteStore {
             .map_err(sql_error)?;
         let rows = stmt
             .query_map([self.embedder], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get::<_, Vec<u8>>(2)?))
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                ))
             })
             .map_err(sql_error)?;
         let mut entries = Vec::new();
         for row in rows {
             let (id, name, blob) = row.map_err(sql_error)?;
-            let embedding = from_blob(&blob, self.identity.dim).ok_or_else(|| {
-                Error::unavailable(format!(
-                    "{}: enrollment {id} ({name:?}) has {} bytes, not {} floats",
-                    self.path.display(),
-                    blob.len(),
-                    self.identity.dim
-                ))
-            })?;
+            let embedding = self.decode(id, &name, &blob)?;
             entries.push(Stored {
                 // One writer, numbered by AUTOINCREMENT: the id orders too.
                 stamp: Stamp { id, change: id },
@@ -130,21 +154,64 @@ impl Store for SqliteStore {
                 embedding,
             });
         }
-        let foreign: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM enrollments WHERE embedder != ?1",
-                [self.embedder],
-                |r| r.get(0),
-            )
-            .map_err(sql_error)?;
+        drop(stmt);
         Ok(Loaded {
             entries,
-            foreign: foreign as usize,
+            foreign: self.foreign()?,
             migrated: self.migrated.take(),
             // Nobody follows a SQLite store: no change number to go on from.
             change: 0,
         })
+    }
+
+    fn list(&mut self) -> Result<Listed> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name FROM enrollments WHERE embedder = ?1 ORDER BY id")
+            .map_err(sql_error)?;
+        let rows = stmt
+            .query_map([self.embedder], |r| {
+                let id: i64 = r.get(0)?;
+                Ok(Row {
+                    stamp: Stamp { id, change: id },
+                    name: r.get(1)?,
+                })
+            })
+            .map_err(sql_error)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(sql_error)?;
+        drop(stmt);
+        Ok(Listed {
+            rows,
+            foreign: self.foreign()?,
+            migrated: self.migrated.take(),
+            change: 0,
+        })
+    }
+
+    fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, embedding FROM enrollments WHERE id = ?1 AND embedder = ?2")
+            .map_err(sql_error)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let row = stmt
+                .query_row(params![id, self.embedder], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
+                .optional()
+                .map_err(sql_error)?;
+            if let Some((name, blob)) = row {
+                let embedding = self.decode(id, &name, &blob)?;
+                out.push(Stored {
+                    stamp: Stamp { id, change: id },
+                    name,
+                    embedding,
+                });
+            }
+        }
+        Ok(out)
     }
 
     fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {

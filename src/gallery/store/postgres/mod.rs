@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use ::postgres::{Client, Transaction};
 
-use super::{to_blob, Follower, Forgot, Identity, Loaded, Stamp, Store};
+use super::{to_blob, Follower, Forgot, Identity, Listed, Loaded, Stamp, Store, Stored};
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
 use target::{why, Target};
@@ -239,6 +239,37 @@ impl Store for PostgresStore {
             })
         })();
         loaded.map_err(|e| read_error(self.target.shown(), e))
+    }
+
+    fn list(&mut self) -> Result<Listed> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let listed = (|| {
+            let mut tx = read::snapshot(client)?;
+            let change = read::last_change(&mut tx, scope)?;
+            let rows = read::rows(&mut tx, scope)?;
+            let foreign = read::foreign(&mut tx, scope)?;
+            tx.commit()?;
+            Ok::<_, ReadError>(Listed {
+                rows,
+                foreign,
+                migrated: None,
+                change,
+            })
+        })();
+        listed.map_err(|e| read_error(self.target.shown(), e))
+    }
+
+    fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let read = (|| {
+            let mut tx = read::snapshot(client)?;
+            let stored = read::by_ids(&mut tx, scope, ids)?;
+            tx.commit()?;
+            Ok::<_, ReadError>(stored)
+        })();
+        read.map_err(|e| read_error(self.target.shown(), e))
     }
 
     fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {

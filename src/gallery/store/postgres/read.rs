@@ -5,7 +5,7 @@
 
 use ::postgres::{Client, IsolationLevel, Row, Transaction};
 
-use super::super::{from_blob, Changes, Removal, Stamp, Stored};
+use super::super::{from_blob, Changes, Removal, Row as Listed, Stamp, Stored};
 
 /// Which rows: one gallery, one embedder's enrollments.
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +55,41 @@ pub fn enrollments(
         "SELECT id, change, name, embedding FROM triton_face.enrollments \
          WHERE gallery = $1 AND embedder = $2 AND change > $3 ORDER BY change, id",
         &[&scope.gallery, &scope.embedder, &after],
+    )?
+    .iter()
+    .map(|row| stored(row, scope.dim))
+    .collect()
+}
+
+/// This embedder's enrollments without their embeddings, oldest first.
+pub fn rows(tx: &mut Transaction<'_>, scope: Scope) -> Result<Vec<Listed>, ReadError> {
+    let rows = tx.query(
+        "SELECT id, change, name FROM triton_face.enrollments \
+         WHERE gallery = $1 AND embedder = $2 ORDER BY change, id",
+        &[&scope.gallery, &scope.embedder],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| Listed {
+            stamp: Stamp {
+                id: row.get(0),
+                change: row.get(1),
+            },
+            name: row.get(2),
+        })
+        .collect())
+}
+
+/// This embedder's enrollments with these ids (those still there).
+pub fn by_ids(
+    tx: &mut Transaction<'_>,
+    scope: Scope,
+    ids: &[i64],
+) -> Result<Vec<Stored>, ReadError> {
+    tx.query(
+        "SELECT id, change, name, embedding FROM triton_face.enrollments \
+         WHERE gallery = $1 AND embedder = $2 AND id = ANY($3) ORDER BY change, id",
+        &[&scope.gallery, &scope.embedder, &ids],
     )?
     .iter()
     .map(|row| stored(row, scope.dim))
