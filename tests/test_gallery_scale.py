@@ -1,0 +1,123 @@
+"""A gallery of 100,000 people through the real server (issue: a gallery of millions at the cost
+of an empty one): the store is filled straight through SQL with random unit embeddings of the
+model's own embedder beside one real person, so the server builds its vector index at load. Names
+stay right among them, top_k lists people, ENROLL and FORGET are visible at once, the index saved
+beside the store is used at the next load, and a damaged or torn file (a kill -9 while it is
+written) is rebuilt from the store. The ONNX engine only: its 512-d embeddings are the large case,
+and one engine keeps the suite's time in bounds."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from face_client import encoded_tensors, forget, infer, infer_encoded, names
+
+pytestmark = pytest.mark.engines("onnx")
+
+PEOPLE = 100_000
+DIM = 512
+INDEX_FILE = "gallery.index"
+MANIFEST_FILE = "gallery.index.json"
+# Building the graph of 100,000 people takes about a minute on 2 cores.
+BUILD_TIMEOUT_S = 600.0
+
+
+def _fill(gallery_dir: Path, people: int) -> None:
+    """Add `people` random unit embeddings, one person each, as rows of the embedder that stored
+    the first enrollment (the model's own)."""
+    rng = np.random.default_rng(22)
+    with closing(sqlite3.connect(gallery_dir / "gallery.sqlite3")) as db:
+        [(embedder,)] = db.execute("SELECT DISTINCT embedder FROM enrollments").fetchall()
+        for start in range(0, people, 10_000):
+            block = rng.standard_normal((min(10_000, people - start), DIM)).astype("<f4")
+            block /= np.linalg.norm(block, axis=1, keepdims=True)
+            db.executemany(
+                "INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms) "
+                "VALUES (?, ?, ?, 0)",
+                ((embedder, f"person {start + i}", v.tobytes()) for i, v in enumerate(block)),
+            )
+        db.commit()
+
+
+def _loaded_line(server) -> str:
+    lines = [x for x in server.log_text().splitlines() if "gallery index" in x]
+    assert lines, server.log_tail()
+    return lines[-1]
+
+
+def _start_slow(server) -> None:
+    server.start(timeout=BUILD_TIMEOUT_S)
+
+
+def _who(client, photos, photo: str) -> list[str]:
+    [doc] = infer_encoded(client, [photos.bytes(photo)])
+    return names(doc)
+
+
+def test_a_hundred_thousand_people(start_server, photos):
+    server = start_server(gallery={})
+    [ack] = infer_encoded(server.http(), [photos.bytes("obama.jpg")], enroll="obama")
+    assert ack["enrolled"]["added"] is True
+    server.stop()
+    _fill(server.gallery_dir, PEOPLE)
+
+    # Kill -9 while the index built at load is being written: never a torn file in use.
+    server._spawn()
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while not list(server.gallery_dir.glob(f"{INDEX_FILE}.*.tmp")):
+        assert server.running and time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.005)
+    server.kill()
+
+    _start_slow(server)
+    # The old file (before the fill) or none: the rows it lacks come from the store.
+    read = re.search(r"(\d+) vectors read from the store", _loaded_line(server))
+    assert read and int(read.group(1)) >= PEOPLE, _loaded_line(server)
+    leftovers = list(server.gallery_dir.glob("*.tmp"))
+    assert not leftovers, f"the killed writer's files stay: {leftovers}"
+    client, grpc = server.http(), server.grpc()
+    assert _who(client, photos, "obama2.jpg") == ["obama"]
+    assert _who(grpc, photos, "biden.jpg") == ["unknown"]
+    [doc] = infer(client, encoded_tensors([photos.bytes("obama2.jpg")]),
+                  parameters={"top_k": 5})
+    candidates = doc["faces"][0]["candidates"]
+    assert [c["name"] for c in candidates][0] == "obama" and len(candidates) == 5, candidates
+    assert len({c["name"] for c in candidates}) == 5
+    assert all(c["distance"] > 0.5 for c in candidates[1:]), "random people are far"
+
+    # Changes are visible at once.
+    [ack] = infer_encoded(client, [photos.bytes("biden.jpg")], enroll="biden")
+    assert ack["enrolled"] == {"name": "biden", "added": True, "gallery_size": PEOPLE + 2}
+    assert _who(grpc, photos, "biden.jpg") == ["biden"]
+    [gone] = forget(client, "obama")
+    assert gone["forgotten"]["removed"] == 1
+    assert _who(client, photos, "obama2.jpg") == ["unknown"]
+
+    # A clean stop saves the index; the next load uses it and is quick.
+    server.stop()
+    assert (server.gallery_dir / MANIFEST_FILE).is_file()
+    started = time.monotonic()
+    server.start()
+    took = time.monotonic() - started
+    assert "loaded from its file" in _loaded_line(server), _loaded_line(server)
+    assert _who(server.http(), photos, "biden.jpg") == ["biden"]
+    assert _who(server.http(), photos, "obama2.jpg") == ["unknown"]
+
+    # Changed behind the file's back (kill -9, no save), then the file damaged: rebuilt.
+    [ack] = infer_encoded(server.http(), [photos.bytes("obama3.jpg")], enroll="barack")
+    server.kill()
+    index = server.gallery_dir / INDEX_FILE
+    index.write_bytes(index.read_bytes()[: index.stat().st_size // 2])
+    _start_slow(server)
+    log = server.log_text()
+    assert "saved gallery index not used" in log and "manifest" in log, server.log_tail()
+    assert _who(server.http(), photos, "obama2.jpg") == ["barack"]
+    assert _who(server.http(), photos, "biden.jpg") == ["biden"]
+    print(f"load from the saved index: {took:.1f} s")
