@@ -42,6 +42,9 @@
 #   BENCH_SEQUENCES=4              concurrent sequences at that rate
 #   BENCH_SEQUENCE_LENGTH=10       frames per sequence
 #   BENCH_REFERENCE=1              0: leave out the comparison models
+#   BENCH_MATCHING=1               0: leave out the gallery's matching bench
+#                                  (benches/matching/run.sh, ours vs faiss; its
+#                                  own settings are in that file)
 #   BENCH_LIBRARY=PATH             serve this libtriton_face.so instead of
 #                                  building one: no setup.sh (assets/env.sh must
 #                                  exist), no cargo build, no in-process bench
@@ -353,3 +356,7 @@ fi
     --title "$title, $(date '+%F %T')" --note "$seq" --note "$load ($(nproc) CPUs)." \
     --out "$OUT/bench.txt"
 log "done in $((SECONDS - T0)) s: out/bench.txt"
+if [ "${BENCH_MATCHING:-1}" = 1 ]; then
+    log "gallery matching: benches/matching/run.sh (out/bench-matching.txt)"
+    bash benches/matching/run.sh
+fi

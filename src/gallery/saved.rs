@@ -160,7 +160,10 @@ impl Saved {
 /// The writer's pid in a temporary file's name (`gallery.index.<pid>.tmp`).
 fn orphan_pid(name: &str) -> Option<u32> {
     [INDEX_FILE, MANIFEST_FILE].iter().find_map(|f| {
-        let middle = name.strip_prefix(f)?.strip_prefix('.')?.strip_suffix(".tmp")?;
+        let middle = name
+            .strip_prefix(f)?
+            .strip_prefix('.')?
+            .strip_suffix(".tmp")?;
         middle.parse().ok()
     })
 }

@@ -1,0 +1,215 @@
+//! Matching alone, on a dataset of `benches/matching/data.py`: the gallery's
+//! vector index (usearch HNSW, f16) built from `base.f32`, then one query at
+//! a time on one thread. Prints one JSON row per setting (the same fields as
+//! `benches/matching/faiss_bench.py`, so `make bench` joins them):
+//! build and save/load time, memory, p50/p99 per query, recall@1 against
+//! exact search and how often the planted row was found.
+//!
+//! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
+//! [--exact-too] [--index FILE]`: with `--index FILE` a saved index is loaded
+//! when it matches the data (else built and saved there).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use triton_face::gallery::index::{ScalarKind, Shape, VectorIndex, SHAPE};
+use triton_face::pipeline::Metric;
+
+struct Data {
+    n: usize,
+    dim: usize,
+    kind: String,
+    metric: Metric,
+    base: Vec<f32>,
+    queries: Vec<f32>,
+    planted: Vec<i64>,
+    exact: Vec<i64>,
+    /// The person of each stored row.
+    labels: Vec<i64>,
+}
+
+fn floats(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn longs(path: &Path) -> Vec<i64> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .collect()
+}
+
+fn load(dir: &Path) -> Data {
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("meta.json")).expect("meta.json"))
+            .expect("meta.json is JSON");
+    let metric = match meta["metric"].as_str() {
+        Some("cosine") => Metric::Cosine,
+        Some("euclidean") => Metric::Euclidean,
+        other => panic!("metric {other:?}"),
+    };
+    Data {
+        n: meta["n"].as_u64().expect("n") as usize,
+        dim: meta["dim"].as_u64().expect("dim") as usize,
+        kind: meta["kind"].as_str().unwrap_or("?").to_string(),
+        metric,
+        base: floats(&dir.join("base.f32")),
+        queries: floats(&dir.join("queries.f32")),
+        planted: longs(&dir.join("planted.i64")),
+        exact: longs(&dir.join("exact.i64")),
+        labels: longs(&dir.join("labels.i64")),
+    }
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn build(d: &Data, shape: Shape) -> VectorIndex {
+    let index = VectorIndex::shaped(d.metric, d.dim, shape).expect("index");
+    eprintln!("  {shape:?}, kernels: {}", index.acceleration());
+    // As a load does: all at once, on every core.
+    let items: Vec<(u64, &[f32])> = d
+        .base
+        .chunks_exact(d.dim)
+        .enumerate()
+        .map(|(i, v)| (i as u64, v))
+        .collect();
+    index.insert_all(&items).expect("insert");
+    index
+}
+
+/// One search breadth, measured over all queries.
+struct Measured {
+    p50_ms: f64,
+    p99_ms: f64,
+    /// The first hit is exact search's first.
+    recall_at_1: f64,
+    /// The first hit is the row the query was planted near.
+    planted_found: f64,
+    /// The first hit is of the planted row's person (what a name needs).
+    person_found: f64,
+}
+
+fn measure(d: &Data, index: &VectorIndex, exact: bool) -> Measured {
+    let mut times = Vec::new();
+    let (mut recall, mut planted, mut person) = (0usize, 0usize, 0usize);
+    let queries: Vec<&[f32]> = d.queries.chunks_exact(d.dim).collect();
+    for q in queries.iter().take(50) {
+        let _ = index.nearest(q, 16); // warm up
+    }
+    for (i, q) in queries.iter().enumerate() {
+        let start = Instant::now();
+        let hits = if exact {
+            index.nearest_exact(q, 16)
+        } else {
+            index.nearest(q, 16)
+        }
+        .expect("search");
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        let first = hits.first().map(|h| h.key as i64);
+        recall += usize::from(first == Some(d.exact[i]));
+        planted += usize::from(first == Some(d.planted[i]));
+        let label = |row: i64| d.labels[row as usize];
+        person += usize::from(first.map(label) == Some(label(d.planted[i])));
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    let n = queries.len() as f64;
+    Measured {
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        recall_at_1: recall as f64 / n,
+        planted_found: planted as f64 / n,
+        person_found: person as f64 / n,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = PathBuf::from(args.first().expect("usage: match_bench DATA_DIR [--ef ..]"));
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args[i + 1].clone())
+    };
+    let efs: Vec<usize> = flag("--ef")
+        .unwrap_or_else(|| "32,64,96,128".into())
+        .split(',')
+        .map(|x| x.parse().expect("--ef numbers"))
+        .collect();
+    let shape = Shape {
+        connectivity: flag("--m").map_or(SHAPE.connectivity, |x| x.parse().expect("--m")),
+        expansion_add: flag("--efc").map_or(SHAPE.expansion_add, |x| x.parse().expect("--efc")),
+        quantization: match flag("--quant").as_deref() {
+            None | Some("f16") => ScalarKind::F16,
+            Some("bf16") => ScalarKind::BF16,
+            Some("f32") => ScalarKind::F32,
+            Some("i8") => ScalarKind::I8,
+            Some(q) => panic!("--quant {q}: f16, bf16, f32 or i8"),
+        },
+    };
+    let d = load(&dir);
+    let before = rss_mib();
+    let t = Instant::now();
+    let saved = flag("--index").map(PathBuf::from);
+    let (index, build_s) = match saved
+        .as_ref()
+        .and_then(|p| VectorIndex::load(p, d.metric, d.dim).ok())
+    {
+        Some(index) if index.len() == d.n => (index, f64::NAN),
+        _ => {
+            let index = build(&d, shape);
+            (index, t.elapsed().as_secs_f64())
+        }
+    };
+    let mem = rss_mib() - before;
+    let index_mib = index.memory() as f64 / (1024.0 * 1024.0);
+    let (mut save_s, mut load_s) = (f64::NAN, f64::NAN);
+    if let Some(path) = &saved {
+        let t = Instant::now();
+        index.save(path).expect("save");
+        save_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let again = VectorIndex::load(path, d.metric, d.dim).expect("load");
+        load_s = t.elapsed().as_secs_f64();
+        assert_eq!(again.len(), index.len());
+    }
+    let row = |name: &str, param: String, m: Measured| {
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": "ours", "index": name, "param": param, "n": d.n, "dim": d.dim,
+                "kind": d.kind, "p50_ms": m.p50_ms, "p99_ms": m.p99_ms,
+                "recall_at_1": m.recall_at_1, "planted_found": m.planted_found,
+                "person_found": m.person_found, "build_s": build_s, "save_s": save_s, "load_s": load_s,
+                "mem_mib": mem, "index_mib": index_mib,
+            })
+        );
+    };
+    if args.iter().any(|a| a == "--exact-too") {
+        row(
+            "usearch-exact",
+            "f16 scan".into(),
+            measure(&d, &index, true),
+        );
+    }
+    for ef in efs {
+        index.set_expansion_search(ef);
+        let name = format!(
+            "usearch-hnsw{}-efc{}-{:?}",
+            shape.connectivity, shape.expansion_add, shape.quantization
+        );
+        row(&name, format!("ef={ef}"), measure(&d, &index, false));
+    }
+}
