@@ -302,15 +302,19 @@ impl VectorIndex {
     }
 
     fn check(&self, vector: &[f32]) -> Result<()> {
-        if vector.len() != self.dim {
-            return Err(Error::internal(format!(
-                "embedding has {} values, the gallery holds {}",
-                vector.len(),
-                self.dim
-            )));
-        }
-        Ok(())
+        check_length(vector, self.dim)
     }
+}
+
+/// An embedding of another length than the gallery's is a bug upstream.
+pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
+    if vector.len() != dim {
+        return Err(Error::internal(format!(
+            "embedding has {} values, the gallery holds {dim}",
+            vector.len()
+        )));
+    }
+    Ok(())
 }
 
 fn insert_part(index: &Index, part: &[(u64, &[f32])]) -> Result<usize> {

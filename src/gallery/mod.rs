@@ -485,14 +485,7 @@ impl Gallery {
     }
 
     fn check_dim(&self, embedding: &[f32]) -> Result<()> {
-        if embedding.len() != self.dim {
-            return Err(Error::internal(format!(
-                "embedding has {} values, the gallery holds {}",
-                embedding.len(),
-                self.dim
-            )));
-        }
-        Ok(())
+        index::check_length(embedding, self.dim)
     }
 }
 

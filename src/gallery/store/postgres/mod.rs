@@ -153,6 +153,35 @@ impl PostgresStore {
             self.target.shown()
         )))
     }
+
+    /// `body` in one snapshot transaction; its error names the database.
+    fn read<T>(
+        &mut self,
+        body: impl FnOnce(&mut Transaction<'_>, Scope) -> std::result::Result<T, ReadError>,
+    ) -> Result<T> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let read = (|| {
+            let mut tx = read::snapshot(client)?;
+            let out = body(&mut tx, scope)?;
+            tx.commit()?;
+            Ok::<_, ReadError>(out)
+        })();
+        read.map_err(|e| read_error(self.target.shown(), e))
+    }
+
+    /// `body`, other embedders' row count and the last change, all from one
+    /// snapshot: a follower goes on from exactly what was read.
+    fn counted_read<T>(
+        &mut self,
+        body: impl FnOnce(&mut Transaction<'_>, Scope) -> std::result::Result<T, ReadError>,
+    ) -> Result<(T, usize, i64)> {
+        self.read(|tx, scope| {
+            let change = read::last_change(tx, scope)?;
+            let out = body(tx, scope)?;
+            Ok((out, read::foreign(tx, scope)?, change))
+        })
+    }
 }
 
 /// What a change does inside its transaction, given its change number:
@@ -223,53 +252,28 @@ fn row_id(
 
 impl Store for PostgresStore {
     fn load(&mut self) -> Result<Loaded> {
-        let scope = self.scope;
-        let client = self.session()?;
-        let loaded = (|| {
-            let mut tx = read::snapshot(client)?;
-            let change = read::last_change(&mut tx, scope)?;
-            let entries = read::enrollments(&mut tx, scope, 0)?;
-            let foreign = read::foreign(&mut tx, scope)?;
-            tx.commit()?;
-            Ok::<_, ReadError>(Loaded {
-                entries,
-                foreign,
-                migrated: None,
-                change,
-            })
-        })();
-        loaded.map_err(|e| read_error(self.target.shown(), e))
+        let (entries, foreign, change) =
+            self.counted_read(|tx, scope| read::enrollments(tx, scope, 0))?;
+        Ok(Loaded {
+            entries,
+            foreign,
+            migrated: None,
+            change,
+        })
     }
 
     fn list(&mut self) -> Result<Listed> {
-        let scope = self.scope;
-        let client = self.session()?;
-        let listed = (|| {
-            let mut tx = read::snapshot(client)?;
-            let change = read::last_change(&mut tx, scope)?;
-            let rows = read::rows(&mut tx, scope)?;
-            let foreign = read::foreign(&mut tx, scope)?;
-            tx.commit()?;
-            Ok::<_, ReadError>(Listed {
-                rows,
-                foreign,
-                migrated: None,
-                change,
-            })
-        })();
-        listed.map_err(|e| read_error(self.target.shown(), e))
+        let (rows, foreign, change) = self.counted_read(read::rows)?;
+        Ok(Listed {
+            rows,
+            foreign,
+            migrated: None,
+            change,
+        })
     }
 
     fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
-        let scope = self.scope;
-        let client = self.session()?;
-        let read = (|| {
-            let mut tx = read::snapshot(client)?;
-            let stored = read::by_ids(&mut tx, scope, ids)?;
-            tx.commit()?;
-            Ok::<_, ReadError>(stored)
-        })();
-        read.map_err(|e| read_error(self.target.shown(), e))
+        self.read(|tx, scope| read::by_ids(tx, scope, ids))
     }
 
     fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {
