@@ -58,6 +58,7 @@ fn image_docs(
     threshold: f32,
 ) -> Result<Vec<ImageDoc>> {
     let with_embeddings = model.settings.return_embeddings;
+    let top_k = job.top_k.unwrap_or(1);
     let mut enrolled = enrolled.map(Vec::into_iter);
     job.frames
         .iter()
@@ -66,7 +67,6 @@ fn image_docs(
             let docs = faces
                 .iter()
                 .map(|f| {
-                    let top_k = job.top_k.unwrap_or(1);
                     let matched = model.gallery.best_match(&f.embedding, threshold, top_k)?;
                     Ok(FaceDoc::new(
                         f,

@@ -125,6 +125,11 @@ impl Entries {
             .collect()
     }
 
+    /// Whether any entry comes from the store.
+    pub fn has_stored(&self) -> bool {
+        self.by_key.values().any(|e| e.stamp().is_some())
+    }
+
     /// The keys of every stored enrollment.
     pub fn store_keys(&self) -> Vec<u64> {
         self.by_key

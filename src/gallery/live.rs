@@ -143,7 +143,9 @@ impl Live {
         }
         let key = key_of(s.stamp);
         let inserted = self.index.insert(key, &s.embedding)?;
-        self.changed();
+        if inserted {
+            self.changed();
+        }
         let last = {
             let mut e = self.write();
             let last = verdict(&e, &s);
@@ -156,6 +158,7 @@ impl Live {
         // was present is another call's, published by it).
         if inserted && matches!(last, Verdict::Unwanted | Verdict::Full) {
             self.index.remove(key)?;
+            self.changed();
         }
         Ok(last)
     }

@@ -494,8 +494,8 @@ impl Drop for Gallery {
     /// it changed: the next load reads it instead of rebuilding.
     fn drop(&mut self) {
         drop(self._following.take());
-        if self.read().store_keys().is_empty() {
-            return;
+        if !self.read().has_stored() {
+            return; // gallery images alone: rebuilt at every load anyway
         }
         if let Err(e) = self.save_index() {
             crate::triton::log::warn(&format!("gallery: index not saved: {e}"));
@@ -549,7 +549,7 @@ fn restore(
         .collect();
     let stored = match missing.len() {
         0 => Vec::new(),
-        n if n == rows.len() => store.load()?.entries,
+        n if n == rows.len() => store.load()?.rows,
         _ => store.embeddings(&missing)?,
     };
     Ok(Restoring {

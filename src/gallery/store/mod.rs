@@ -94,33 +94,28 @@ pub struct Migrated {
     pub entries: usize,
 }
 
-/// What a store holds for this model's embedder.
+/// What a store holds for this model's embedder: its rows, with their
+/// embeddings (`Loaded`) or without (`Listed`).
 #[derive(Debug, Default)]
-pub struct Loaded {
-    pub entries: Vec<Stored>,
+pub struct Contents<T> {
+    pub rows: Vec<T>,
     /// Rows of other embedders (another engine or other model files): kept,
     /// never matched.
     pub foreign: usize,
     pub migrated: Option<Migrated>,
-    /// The last change the entries include: a follower goes on from here.
+    /// The last change the rows include: a follower goes on from here.
     pub change: i64,
 }
+
+pub type Loaded = Contents<Stored>;
+/// Enough to check a saved index against.
+pub type Listed = Contents<Row>;
 
 /// One enrolled face without its embedding.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub stamp: Stamp,
     pub name: String,
-}
-
-/// What a store holds for this model's embedder, without the embeddings:
-/// enough to check a saved index against.
-#[derive(Debug, Default)]
-pub struct Listed {
-    pub rows: Vec<Row>,
-    pub foreign: usize,
-    pub migrated: Option<Migrated>,
-    pub change: i64,
 }
 
 /// Changes other servers made, read by a `Follower`: everything after one
@@ -142,16 +137,15 @@ pub trait Store: Send {
     /// oldest first. (This default reads the embeddings too.)
     fn list(&mut self) -> Result<Listed> {
         let loaded = self.load()?;
-        let rows = loaded
-            .entries
-            .into_iter()
-            .map(|s| Row {
-                stamp: s.stamp,
-                name: s.name,
-            })
-            .collect();
         Ok(Listed {
-            rows,
+            rows: loaded
+                .rows
+                .into_iter()
+                .map(|s| Row {
+                    stamp: s.stamp,
+                    name: s.name,
+                })
+                .collect(),
             foreign: loaded.foreign,
             migrated: loaded.migrated,
             change: loaded.change,
@@ -161,7 +155,7 @@ pub trait Store: Send {
     /// them all.)
     fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
         let wanted: std::collections::HashSet<i64> = ids.iter().copied().collect();
-        let mut entries = self.load()?.entries;
+        let mut entries = self.load()?.rows;
         entries.retain(|s| wanted.contains(&s.stamp.id));
         Ok(entries)
     }

@@ -11,8 +11,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::schema::{migrate, sql_error};
 use super::{
-    from_blob, legacy, now_ms, to_blob, Forgot, Identity, Listed, Loaded, Migrated, Row, Stamp,
-    Store, Stored,
+    from_blob, legacy, now_ms, to_blob, Contents, Forgot, Identity, Listed, Loaded, Migrated, Row,
+    Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -128,6 +128,19 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// `rows` with what the store says about them.
+    fn contents<T>(&mut self, rows: Vec<T>) -> Result<Contents<T>> {
+        Ok(Contents {
+            rows,
+            foreign: self.foreign()?,
+            migrated: self.migrated.take(),
+            // Nobody follows a SQLite store: no change number to go on from.
+            change: 0,
+        })
+    }
+}
+
 impl Store for SqliteStore {
     fn load(&mut self) -> Result<Loaded> {
         let mut stmt = self
@@ -143,11 +156,11 @@ impl Store for SqliteStore {
                 ))
             })
             .map_err(sql_error)?;
-        let mut entries = Vec::new();
+        let mut stored = Vec::new();
         for row in rows {
             let (id, name, blob) = row.map_err(sql_error)?;
             let embedding = self.decode(id, &name, &blob)?;
-            entries.push(Stored {
+            stored.push(Stored {
                 // One writer, numbered by AUTOINCREMENT: the id orders too.
                 stamp: Stamp { id, change: id },
                 name,
@@ -155,13 +168,7 @@ impl Store for SqliteStore {
             });
         }
         drop(stmt);
-        Ok(Loaded {
-            entries,
-            foreign: self.foreign()?,
-            migrated: self.migrated.take(),
-            // Nobody follows a SQLite store: no change number to go on from.
-            change: 0,
-        })
+        self.contents(stored)
     }
 
     fn list(&mut self) -> Result<Listed> {
@@ -181,12 +188,7 @@ impl Store for SqliteStore {
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(sql_error)?;
         drop(stmt);
-        Ok(Listed {
-            rows,
-            foreign: self.foreign()?,
-            migrated: self.migrated.take(),
-            change: 0,
-        })
+        self.contents(rows)
     }
 
     fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {

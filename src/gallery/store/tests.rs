@@ -14,7 +14,7 @@ fn names(store: &mut SqliteStore) -> Vec<String> {
     store
         .load()
         .unwrap()
-        .entries
+        .rows
         .into_iter()
         .map(|s| s.name)
         .collect()
@@ -77,12 +77,12 @@ fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
     assert!(ids[0] < ids[1]);
     let mut onnx = open_as(tmp.path(), "onnx");
     let loaded = onnx.load().unwrap();
-    assert!(loaded.entries.is_empty());
+    assert!(loaded.rows.is_empty());
     assert_eq!(loaded.foreign, 2);
     let later = onnx.add(&[pair("c", 2.0)]).unwrap();
     assert!(later[0].id > ids[1], "ids are shared and never go back");
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
-    assert_eq!((loaded.entries.len(), loaded.foreign), (2, 1));
+    assert_eq!((loaded.rows.len(), loaded.foreign), (2, 1));
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn an_old_enrolled_json_is_imported_once() {
         tmp.path().join("enrolled.json.migrated")
     );
     assert!(!tmp.path().join(LEGACY_FILE).exists());
-    assert_eq!(loaded.entries[1].embedding, vec![1.0, 1.0]);
+    assert_eq!(loaded.rows[1].embedding, vec![1.0, 1.0]);
     assert!(open_as(tmp.path(), "dlib")
         .load()
         .unwrap()
@@ -178,7 +178,7 @@ fn an_old_enrolled_json_is_imported_once() {
     // A crash after the commit, before the rename: the file is back.
     std::fs::write(tmp.path().join(LEGACY_FILE), &json).unwrap();
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
-    assert_eq!(loaded.entries.len(), 2, "imported twice");
+    assert_eq!(loaded.rows.len(), 2, "imported twice");
     assert_eq!(loaded.migrated.unwrap().entries, 0);
     assert!(tmp.path().join("enrolled.json.migrated.2").exists());
 }
@@ -189,7 +189,7 @@ fn an_old_store_of_another_engine_is_kept_apart() {
     let json = old_store("onnx", "cosine", &[("obama", [0.6, 0.8])]);
     std::fs::write(tmp.path().join(LEGACY_FILE), json).unwrap();
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
-    assert!(loaded.entries.is_empty());
+    assert!(loaded.rows.is_empty());
     assert_eq!(loaded.foreign, 1);
 }
 

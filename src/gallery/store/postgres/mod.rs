@@ -252,10 +252,10 @@ fn row_id(
 
 impl Store for PostgresStore {
     fn load(&mut self) -> Result<Loaded> {
-        let (entries, foreign, change) =
+        let (rows, foreign, change) =
             self.counted_read(|tx, scope| read::enrollments(tx, scope, 0))?;
         Ok(Loaded {
-            entries,
+            rows,
             foreign,
             migrated: None,
             change,

@@ -5,7 +5,7 @@
 
 use ::postgres::{Client, IsolationLevel, Row, Transaction};
 
-use super::super::{from_blob, Changes, Removal, Row as Listed, Stamp, Stored};
+use super::super::{from_blob, Changes, Removal, Row as StoreRow, Stamp, Stored};
 
 /// Which rows: one gallery, one embedder's enrollments.
 #[derive(Clone, Copy, Debug)]
@@ -62,7 +62,7 @@ pub fn enrollments(
 }
 
 /// This embedder's enrollments without their embeddings, oldest first.
-pub fn rows(tx: &mut Transaction<'_>, scope: Scope) -> Result<Vec<Listed>, ReadError> {
+pub fn rows(tx: &mut Transaction<'_>, scope: Scope) -> Result<Vec<StoreRow>, ReadError> {
     let rows = tx.query(
         "SELECT id, change, name FROM triton_face.enrollments \
          WHERE gallery = $1 AND embedder = $2 ORDER BY change, id",
@@ -70,7 +70,7 @@ pub fn rows(tx: &mut Transaction<'_>, scope: Scope) -> Result<Vec<Listed>, ReadE
     )?;
     Ok(rows
         .iter()
-        .map(|row| Listed {
+        .map(|row| StoreRow {
             stamp: Stamp {
                 id: row.get(0),
                 change: row.get(1),
