@@ -35,7 +35,7 @@ STAMP="$BENCH_VENV/.bench-requirements.sha256"
 mkdir -p "$LOGS"
 
 want="$(cat "$REQ" "$REQ_DLIB" | sha256sum | cut -d' ' -f1)"
-if [ -x "$PY" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
+if venv_current "$BENCH_VENV" "$STAMP" "$want"; then
     log "bench venv up to date (${BENCH_VENV#"$REPO_ROOT"/}; skip)"
     exit 0
 fi
@@ -47,10 +47,7 @@ fi
 
 logf="$LOGS/bench-setup.log"
 : >"$logf"
-if ! [ -x "$PY" ]; then
-    log "creating ${BENCH_VENV#"$REPO_ROOT"/} with $("$BOOT" --version 2>&1)"
-    run_logged "$logf" "$BOOT" -m venv "$BENCH_VENV"
-fi
+venv_create "$BOOT" "$BENCH_VENV" "$logf"
 log "pip install -r $REQ (log: ${logf#"$REPO_ROOT"/}; ~1 min)"
 run_logged "$logf" "${PIP[@]}" install --progress-bar off -r "$REQ"
 

@@ -33,3 +33,17 @@ run_logged() {
         exit "$rc"
     fi
 }
+
+# venv_current VENV STAMP WANT: the venv at VENV exists and its STAMP file
+# holds WANT (the hash of the requirement files it was set up from).
+venv_current() {
+    [ -x "$1/bin/python" ] && [ "$(cat "$2" 2>/dev/null)" = "$3" ]
+}
+
+# venv_create BOOT VENV LOGFILE: create the venv with the interpreter BOOT,
+# unless it is there already.
+venv_create() {
+    [ -x "$2/bin/python" ] && return 0
+    log "creating ${2#"$REPO_ROOT"/} with $("$1" --version 2>&1)"
+    run_logged "$3" "$1" -m venv "$2"
+}

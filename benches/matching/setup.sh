@@ -30,7 +30,7 @@ STAMP="$VENV/.matching-requirements.sha256"
 mkdir -p "$LOGS"
 
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [ -x "$PY" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
+if venv_current "$VENV" "$STAMP" "$want"; then
     log "matching venv up to date (${VENV#"$REPO_ROOT"/}; skip)"
     exit 0
 fi
@@ -41,10 +41,7 @@ command -v "$BOOT" >/dev/null || die "$BOOT not found (set FACE_MATCHING_PYTHON 
 
 logf="$LOGS/matching-setup.log"
 : >"$logf"
-if ! [ -x "$PY" ]; then
-    log "creating ${VENV#"$REPO_ROOT"/} with $("$BOOT" --version 2>&1)"
-    run_logged "$logf" "$BOOT" -m venv "$VENV"
-fi
+venv_create "$BOOT" "$VENV" "$logf"
 # Wheels only: a missing wheel must fail here, not start a long source build of faiss.
 log "pip install -r $REQ (log: ${logf#"$REPO_ROOT"/})"
 run_logged "$logf" nice -n 19 "${PIP[@]}" install --progress-bar off --only-binary=:all: -r "$REQ"
