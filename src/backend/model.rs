@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::backend::config::{EngineKind, Settings};
-use crate::engine::dlib::{RESNET_FILE, SHAPE5_FILE};
+use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::gallery::store::{self, Identity};
-use crate::gallery::{gallery_images, validate_name, Gallery, Opened};
+use crate::gallery::{Gallery, Opened};
 use crate::pipeline::image::frame_from_encoded;
 use crate::pipeline::Metric;
 use crate::sequence::Sequences;
@@ -100,7 +100,7 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
     let (gallery, opened) =
         Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;
     log_opened(name, &identity, &opened);
-    let from_images = load_gallery_images(&gallery, engine, settings)?;
+    let from_images = load_gallery_images(name, &gallery, engine, settings)?;
     log::info(&format!(
         "model '{name}': engine {}; gallery {} with {from_images} people from images \
          and {} enrolled faces, match threshold {threshold} ({})",
@@ -189,38 +189,72 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     }
 }
 
-/// Embed every gallery image; an image that cannot be used is skipped with a
-/// warning naming it. Returns how many were added.
+/// Add the gallery folder's photos, embedding only those the store has not
+/// seen with this setup; each skipped photo is logged with why. How many
+/// were added.
 fn load_gallery_images(
+    name: &str,
     gallery: &Gallery,
     engine: &mut dyn Engine,
     settings: &Settings,
 ) -> Result<usize> {
-    let mut added = 0;
-    for (name, path) in gallery_images(&settings.gallery_dir)? {
-        let shown = path.display();
-        let face = validate_name("gallery image", &name)
-            .and_then(|()| {
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| crate::error::Error::unavailable(format!("cannot read: {e}")))?;
-                frame_from_encoded("image", &bytes, settings.max_image_pixels)
-            })
-            .and_then(|frame| {
-                engine
-                    .analyze(&[&frame], settings.max_faces_per_image)
-                    .remove(0)
-            });
-        match face {
-            Ok(mut faces) if faces.len() == 1 => {
-                gallery.add_from_image(&name, faces.remove(0).embedding, &path)?;
-                added += 1;
-            }
-            Ok(faces) => log::warn(&format!(
-                "gallery image {shown} skipped: it has {} faces, a gallery image needs exactly one",
-                faces.len()
-            )),
-            Err(e) => log::warn(&format!("gallery image {shown} skipped: {e}")),
-        }
+    let setup = photo_setup(settings, engine)?;
+    let load = gallery.load_folder(&setup, |bytes| {
+        let frame = frame_from_encoded("image", bytes, settings.max_image_pixels)?;
+        let faces = engine
+            .analyze(&[&frame], settings.max_faces_per_image)
+            .remove(0)?;
+        Ok(faces.into_iter().map(|f| f.embedding).collect())
+    })?;
+    for (path, why) in &load.skipped {
+        log::warn(&format!("gallery image {} skipped: {why}", path.display()));
     }
-    Ok(added)
+    if let Some(e) = &load.cache_error {
+        log::warn(&format!(
+            "model '{name}': the gallery's photo cache was not updated ({e}): the photos are \
+             loaded, and embedded again at the next load"
+        ));
+    }
+    if load.cached + load.embedded > 0 {
+        log::info(&format!(
+            "model '{name}': gallery photos: {} embedded now, {} known from the store",
+            load.embedded, load.cached
+        ));
+    }
+    Ok(load.added)
+}
+
+/// What decides the faces an engine finds in a folder photo, for the photo
+/// cache: every model file (the detector's too) and the settings.
+fn photo_setup(settings: &Settings, engine: &dyn Engine) -> Result<String> {
+    let mut files = model_files(settings);
+    files.extend(detector_files(settings));
+    let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
+    let identity = Identity::of_files(
+        engine.name(),
+        engine.metric(),
+        engine.embedding_len(),
+        &files,
+    )?;
+    let engine_settings = match settings.engine {
+        EngineKind::Dlib => format!("{:?}", settings.dlib),
+        EngineKind::Onnx => format!("{:?}", settings.onnx),
+    };
+    Ok(format!(
+        "{} {}; {engine_settings}; max_image_pixels {}, max_faces_per_image {}",
+        identity.model_hash,
+        engine.describe(),
+        settings.max_image_pixels,
+        settings.max_faces_per_image
+    ))
+}
+
+fn detector_files(s: &Settings) -> Vec<PathBuf> {
+    match s.engine {
+        EngineKind::Dlib if s.dlib.detector == DetectorKind::Cnn => {
+            vec![s.weights_dir.join(MMOD_FILE)]
+        }
+        EngineKind::Dlib => vec![],
+        EngineKind::Onnx => vec![s.onnx.detector_model.clone()],
+    }
 }

@@ -1,9 +1,96 @@
-//! The gallery folder's images: `name.jpg` or `name/*.jpg`.
+//! The gallery folder's images: `name.jpg` or `name/*.jpg`, added at model
+//! load. What each photo gave the embedder is kept in the store by content,
+//! so a reload embeds only new or changed photos (a removed one is dropped
+//! from the cache too).
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::store::{PhotoFaces, Photos};
+use super::{validate_name, Gallery};
 use crate::error::{Error, Result};
+
+/// What loading the folder did.
+#[derive(Debug, Default)]
+pub struct FolderLoad {
+    /// Photos added, one face each.
+    pub added: usize,
+    /// Photos whose faces came from the store's cache, and those embedded now.
+    pub cached: usize,
+    pub embedded: usize,
+    /// Photos not used, and why.
+    pub skipped: Vec<(PathBuf, String)>,
+    /// The cache could not be written: the photos are loaded all the same,
+    /// and embedded again next time.
+    pub cache_error: Option<Error>,
+}
+
+/// A photo's cache key: its content and `setup`, what decides the faces an
+/// engine finds in it (detector, its settings, the embedder's identity).
+pub fn content_key(setup: &str, bytes: &[u8]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(setup.as_bytes()).update(&[0]).update(bytes);
+    h.finalize().to_hex().to_string()
+}
+
+impl Gallery {
+    /// Add the folder's photos. `faces_of` gives the embeddings of the faces
+    /// in an encoded photo; it is called only for photos the store has not
+    /// seen with this `setup`. Only a full gallery fails the load.
+    pub fn load_folder(
+        &self,
+        setup: &str,
+        mut faces_of: impl FnMut(&[u8]) -> Result<Vec<Vec<f32>>>,
+    ) -> Result<FolderLoad> {
+        let mut load = FolderLoad::default();
+        let known = self.writer().photos()?;
+        let (mut new, mut keep) = (Photos::new(), HashSet::new());
+        for (name, path) in gallery_images(&self.dir)? {
+            let faces = validate_name("gallery image", &name).and_then(|()| {
+                let bytes =
+                    fs::read(&path).map_err(|e| Error::unavailable(format!("cannot read: {e}")))?;
+                let key = content_key(setup, &bytes);
+                let faces = match known.get(&key) {
+                    Some(f) => {
+                        load.cached += 1;
+                        f.clone()
+                    }
+                    None => {
+                        let f = one_face(faces_of(&bytes)?);
+                        load.embedded += 1;
+                        new.insert(key.clone(), f.clone());
+                        f
+                    }
+                };
+                keep.insert(key);
+                Ok(faces)
+            });
+            match faces {
+                Ok(PhotoFaces::One(embedding)) => {
+                    self.add_from_image(&name, embedding, &path)?;
+                    load.added += 1;
+                }
+                Ok(PhotoFaces::Count(n)) => load.skipped.push((
+                    path,
+                    format!("it has {n} faces, a gallery image needs exactly one"),
+                )),
+                Err(e) => load.skipped.push((path, e.to_string())),
+            }
+        }
+        if !new.is_empty() || known.keys().any(|k| !keep.contains(k)) {
+            load.cache_error = self.writer().keep_photos(&new, &keep).err();
+        }
+        Ok(load)
+    }
+}
+
+fn one_face(mut faces: Vec<Vec<f32>>) -> PhotoFaces {
+    match faces.len() {
+        1 => PhotoFaces::One(faces.remove(0)),
+        n => PhotoFaces::Count(n),
+    }
+}
 
 fn is_image(p: &Path) -> bool {
     p.is_file()

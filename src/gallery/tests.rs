@@ -208,3 +208,66 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
         Some("d")
     );
 }
+
+/// "Embeds" a photo: its first byte as the face count, its second as the value.
+fn fake_faces(calls: &std::cell::Cell<usize>) -> impl FnMut(&[u8]) -> Result<Vec<Vec<f32>>> + '_ {
+    move |bytes| {
+        calls.set(calls.get() + 1);
+        Ok(vec![vec![f32::from(bytes[1]); 2]; usize::from(bytes[0])])
+    }
+}
+
+#[test]
+fn folder_photos_are_embedded_once_and_a_changed_or_removed_one_is_noticed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |f: &str, b: &[u8]| std::fs::write(tmp.path().join(f), b).unwrap();
+    write("alice.jpg", &[1, 3]);
+    write("bob.png", &[1, 9]);
+    write("group.jpg", &[3, 1]);
+    let calls = std::cell::Cell::new(0);
+    let load = |setup: &str| {
+        let g = gallery(tmp.path(), 10);
+        let load = g.load_folder(setup, fake_faces(&calls)).unwrap();
+        assert!(load.cache_error.is_none());
+        (g, load)
+    };
+    let (_, first) = load("s1");
+    assert_eq!((first.added, first.embedded, first.cached), (2, 3, 0));
+    assert!(
+        first.skipped[0].1.contains("3 faces"),
+        "{:?}",
+        first.skipped
+    );
+    calls.set(0);
+    let (g, again) = load("s1");
+    assert_eq!(
+        (again.added, again.embedded, again.cached, calls.get()),
+        (2, 0, 3, 0)
+    );
+    assert_eq!(
+        again.skipped.len(),
+        1,
+        "a cached face count skips the photo too"
+    );
+    assert_eq!(
+        g.best_match(&[9.0, 9.0], 0.1, 1).unwrap().name.as_deref(),
+        Some("bob")
+    );
+    drop(g);
+    // bob's photo changes, the group photo goes: bob is embedded again, and
+    // the group photo's row leaves the cache.
+    write("bob.png", &[1, 7]);
+    std::fs::remove_file(tmp.path().join("group.jpg")).unwrap();
+    let (g, changed) = load("s1");
+    assert_eq!((changed.embedded, changed.cached), (1, 1));
+    assert_eq!(
+        g.best_match(&[7.0, 7.0], 0.1, 1).unwrap().name.as_deref(),
+        Some("bob")
+    );
+    let mut store = store::open_sqlite(tmp.path(), &Identity::for_tests("dlib", 2)).unwrap();
+    assert_eq!(store.photos().unwrap().len(), 2);
+    drop((g, store));
+    // Another setup (a detector or its settings changed): everything again.
+    let (_, other) = load("s2");
+    assert_eq!((other.embedded, other.cached), (2, 0));
+}

@@ -17,6 +17,7 @@ pub mod postgres;
 pub mod schema;
 pub mod sqlite;
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -118,6 +119,18 @@ pub struct Row {
     pub name: String,
 }
 
+/// What a gallery-folder photo gave the embedder: its one face, or how many
+/// it has when that is not one (the photo is skipped).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PhotoFaces {
+    One(Vec<f32>),
+    Count(usize),
+}
+
+/// The folder photos a store remembers, by content key (`gallery::folder`):
+/// a reload embeds only new or changed photos.
+pub type Photos = HashMap<String, PhotoFaces>;
+
 /// Changes other servers made, read by a `Follower`: everything after one
 /// change number up to `upto`, from one consistent snapshot.
 #[derive(Debug, Default, PartialEq)]
@@ -154,7 +167,7 @@ pub trait Store: Send {
     /// The entries with these ids (those still there). (This default reads
     /// them all.)
     fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
-        let wanted: std::collections::HashSet<i64> = ids.iter().copied().collect();
+        let wanted: HashSet<i64> = ids.iter().copied().collect();
         let mut entries = self.load()?.rows;
         entries.retain(|s| wanted.contains(&s.stamp.id));
         Ok(entries)
@@ -167,6 +180,11 @@ pub trait Store: Send {
     /// removal, all in one transaction; how many went, per name (0 logs
     /// nothing).
     fn forget(&mut self, names: &[String]) -> Result<Forgot>;
+    /// The folder photos this embedder has seen (`keep_photos`).
+    fn photos(&mut self) -> Result<Photos>;
+    /// Remember what `new` photos gave and forget every photo of this
+    /// embedder whose key is not in `keep`, in one transaction.
+    fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
     /// Where it lives, for logs: "sqlite /models/face/gallery/gallery.sqlite3".
     fn describe(&self) -> String;
     /// For a store other servers write too: what reads their changes.
@@ -218,6 +236,24 @@ pub fn from_blob(blob: &[u8], dim: usize) -> Option<Vec<f32>> {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
     })
+}
+
+/// A cached photo as stored: its face count, and the embedding of its one face.
+pub fn photo_to_row(faces: &PhotoFaces) -> (i64, Option<Vec<u8>>) {
+    match faces {
+        PhotoFaces::One(e) => (1, Some(to_blob(e))),
+        PhotoFaces::Count(n) => (*n as i64, None),
+    }
+}
+
+/// A cached photo from its row; `None` for a row that does not make sense
+/// (a cache: the photo is embedded again and the row replaced).
+pub fn photo_from_row(faces: i64, blob: Option<&[u8]>, dim: usize) -> Option<PhotoFaces> {
+    match (faces, blob) {
+        (1, Some(b)) => from_blob(b, dim).map(PhotoFaces::One),
+        (n, None) if n >= 0 && n != 1 => Some(PhotoFaces::Count(n as usize)),
+        _ => None,
+    }
 }
 
 /// Milliseconds since the epoch, for the rows' timestamps (information only:

@@ -43,6 +43,17 @@ const MIGRATIONS: &[&str] = &[
          entries INTEGER NOT NULL,
          imported_at_ms INTEGER NOT NULL
      );",
+    // 2: what each gallery-folder photo gave an embedder, by content: a
+    // reload embeds only new or changed photos.
+    "CREATE TABLE folder_photos (
+         embedder INTEGER NOT NULL REFERENCES embedders (id),
+         content_key TEXT NOT NULL,
+         faces INTEGER NOT NULL,
+         -- float32 little-endian, when faces = 1.
+         embedding BLOB,
+         seen_at_ms INTEGER NOT NULL,
+         PRIMARY KEY (embedder, content_key)
+     );",
 ];
 
 /// The version this build writes.
@@ -101,12 +112,12 @@ mod tests {
         let tables: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN \
-                 ('embedders', 'enrollments', 'removals', 'imports')",
+                 ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 4);
+        assert_eq!(tables, 5);
         conn.pragma_update(None, "user_version", VERSION + 1)
             .unwrap();
         let e = migrate(&mut conn).unwrap_err();

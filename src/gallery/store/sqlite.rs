@@ -4,6 +4,7 @@
 //! A change touches only its own rows: its cost does not grow with the
 //! gallery.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::schema::{migrate, sql_error};
 use super::{
-    from_blob, legacy, now_ms, to_blob, Contents, Forgot, Identity, Listed, Loaded, Migrated, Row,
-    Stamp, Store, Stored,
+    from_blob, legacy, now_ms, photo_from_row, photo_to_row, to_blob, Contents, Forgot, Identity,
+    Listed, Loaded, Migrated, Photos, Row, Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
 
@@ -251,6 +252,58 @@ impl Store for SqliteStore {
         // One writer: the FORGET covers every enrollment there is.
         let change = i64::MAX;
         Ok(Forgot { removed, change })
+    }
+
+    fn photos(&mut self) -> Result<Photos> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT content_key, faces, embedding FROM folder_photos WHERE embedder = ?1")
+            .map_err(sql_error)?;
+        let rows = stmt
+            .query_map([self.embedder], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Option<Vec<u8>>>(2)?,
+                ))
+            })
+            .map_err(sql_error)?;
+        let mut photos = Photos::new();
+        for row in rows {
+            let (key, faces, blob) = row.map_err(sql_error)?;
+            if let Some(p) = photo_from_row(faces, blob.as_deref(), self.identity.dim) {
+                photos.insert(key, p);
+            }
+        }
+        Ok(photos)
+    }
+
+    fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        let known: Vec<String> = tx
+            .prepare("SELECT content_key FROM folder_photos WHERE embedder = ?1")
+            .and_then(|mut s| s.query_map([self.embedder], |r| r.get(0))?.collect())
+            .map_err(sql_error)?;
+        for key in known.iter().filter(|k| !keep.contains(*k)) {
+            tx.execute(
+                "DELETE FROM folder_photos WHERE embedder = ?1 AND content_key = ?2",
+                params![self.embedder, key],
+            )
+            .map_err(sql_error)?;
+        }
+        for (key, faces) in new {
+            let (count, blob) = photo_to_row(faces);
+            tx.execute(
+                "INSERT OR REPLACE INTO folder_photos \
+                 (embedder, content_key, faces, embedding, seen_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![self.embedder, key, count, blob, now_ms()],
+            )
+            .map_err(sql_error)?;
+        }
+        tx.commit().map_err(sql_error)
     }
 
     fn describe(&self) -> String {

@@ -10,15 +10,17 @@
 //! reconnect, and every `gallery_poll_ms` in case one was lost.
 
 pub mod follow;
+pub mod photos;
 pub mod read;
 pub mod schema;
 pub mod target;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use ::postgres::{Client, Transaction};
 
-use super::{to_blob, Follower, Forgot, Identity, Listed, Loaded, Stamp, Store, Stored};
+use super::{to_blob, Follower, Forgot, Identity, Listed, Loaded, Photos, Stamp, Store, Stored};
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
 use target::{why, Target};
@@ -319,6 +321,21 @@ impl Store for PostgresStore {
             let change = if any { change } else { 0 };
             Ok((Forgot { removed, change }, any))
         })
+    }
+
+    fn photos(&mut self) -> Result<Photos> {
+        self.read(photos::read)
+    }
+
+    fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let write = (|| {
+            let mut tx = client.transaction()?;
+            photos::keep(&mut tx, scope, new, keep)?;
+            tx.commit()
+        })();
+        write.map_err(|e| self.db(e))
     }
 
     fn describe(&self) -> String {

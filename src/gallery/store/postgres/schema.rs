@@ -50,6 +50,18 @@ const MIGRATIONS: &[&str] = &[
          removed_at timestamptz NOT NULL DEFAULT now()
      );
      CREATE INDEX removals_by_change ON triton_face.removals (gallery, change);",
+    // 2: what each gallery-folder photo gave an embedder, by content: a
+    // reload embeds only new or changed photos.
+    "CREATE TABLE triton_face.folder_photos (
+         gallery bigint NOT NULL REFERENCES triton_face.galleries (id),
+         embedder bigint NOT NULL REFERENCES triton_face.embedders (id),
+         content_key text NOT NULL,
+         faces integer NOT NULL,
+         -- float32 little-endian, when faces = 1.
+         embedding bytea,
+         seen_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (gallery, embedder, content_key)
+     );",
 ];
 
 /// The version this build writes.
