@@ -30,6 +30,7 @@ import pytest
 
 from engines import ENGINES, Engine
 from environment import REPO_ROOT, MissingAsset, Photos, SuiteEnv, resolve_env
+from postgres_server import SUITE_DB, PostgresServer
 from triton_server import TritonServer, live_servers
 
 
@@ -140,6 +141,18 @@ def start_module_server(suite_env, tmp_path_factory, request, engine):
     start, started = _server_factory(suite_env, tmp_path_factory, prefix, engine)
     yield start
     _stop_all(started)
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL 15 for the test module, with the database SUITE_DB."""
+    db = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    try:
+        db.start()
+        db.create_database(SUITE_DB)
+        yield db
+    finally:
+        db.stop()
 
 
 @pytest.fixture(scope="module")

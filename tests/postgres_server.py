@@ -64,6 +64,10 @@ def _let_others_traverse(folder: Path) -> None:
             path.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
+# The database the suite's galleries live in (the `postgres` fixture creates it).
+SUITE_DB = "face"
+
+
 class PostgresServer:
     """One PostgreSQL cluster in `root` (data/, sock/, postgres.log), owned by postgres."""
 

@@ -40,14 +40,13 @@ from face_client import (
     SEQUENCE_MODEL, UNAVAILABLE, encoded_tensors, expect_error, forget, infer, infer_encoded,
     list_people, model_statistics, names, people, sequence_request,
 )
-from postgres_server import PostgresServer
+from postgres_server import SUITE_DB
 from router import Router, hashed_header
 from test_sequence import Step, check_sequence
 from triton_server import TritonServer, free_ports
 
 pytestmark = pytest.mark.engines("onnx")
 
-DB = "face"
 DSN_ENV = "FACE_GALLERY_DSN"
 FLEET = {"gallery_store": "postgres", "gallery_name": "face"}
 # The promise: another server sees a change within this (notifications; polling at worst).
@@ -60,21 +59,11 @@ PROBE = {"obama": "obama2_small.jpg", "biden": "biden_small.jpg"}  # small: chea
 # ---- fixtures -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    db = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    try:
-        db.start()
-        db.create_database(DB)
-        yield db
-    finally:
-        db.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet(postgres, start_module_server) -> tuple[TritonServer, TritonServer]:
     """Servers A and B (`postgres` first: the database outlives them). A's DSN is a URL, B's
     the keyword form; each its own application_name, so a test can kill its sessions."""
-    dsns = {"a": postgres.dsn(DB, "face-a"), "b": postgres.dsn(DB, "face-b", form="keyword")}
+    dsns = {"a": postgres.dsn(SUITE_DB, "face-a"),
+            "b": postgres.dsn(SUITE_DB, "face-b", form="keyword")}
     a, b = (
         start_module_server(params=FLEET, gallery={}, more_models=(SEQUENCE_MODEL,),
                             env={DSN_ENV: dsns[name]})
@@ -226,7 +215,7 @@ def test_killed_sessions_lose_nothing_acknowledged(fleet, postgres, photos, reco
     assert killed >= 2, "B holds a writing and a listening session"
 
     stored = {name for (name,) in postgres.sql(
-        "SELECT DISTINCT name FROM triton_face.enrollments", DB)}
+        "SELECT DISTINCT name FROM triton_face.enrollments", SUITE_DB)}
     assert set(acked) <= stored, f"acknowledged but not stored: {set(acked) - stored}"
     for server in (a, b):
         client = server.http()
@@ -398,7 +387,8 @@ def test_a_server_without_its_database_does_not_start(suite_env, engine, tmp_pat
     """Down: nothing listens where the DSN points (with a password, which the log must not
     show). Unset: the variable the model names is missing."""
     [port] = free_ports(1)
-    dsn = f"postgresql://postgres:s3cret-pw@127.0.0.1:{port}/{DB}?application_name=face-c"
+    dsn = (f"postgresql://postgres:s3cret-pw@127.0.0.1:{port}/{SUITE_DB}"
+           "?application_name=face-c")
     cases = {
         "down": ({}, {DSN_ENV: dsn}, DSN_ENV),
         "unset": ({}, {DSN_ENV: None}, DSN_ENV),

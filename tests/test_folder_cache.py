@@ -11,22 +11,10 @@ import shutil
 import pytest
 
 from face_client import infer_encoded, names
-from postgres_server import PostgresServer
+from postgres_server import SUITE_DB
 
-DB = "face"
 DSN_ENV = "FACE_GALLERY_DSN"
 COUNTS = re.compile(r"gallery photos: (\d+) embedded now, (\d+) known from the store")
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    db = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    try:
-        db.start()
-        db.create_database(DB)
-        yield db
-    finally:
-        db.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -37,7 +25,7 @@ def store(request, engine) -> dict:
     db = request.getfixturevalue("postgres")
     return {
         "params": {"gallery_store": "postgres", "gallery_name": f"cache-{engine.name}"},
-        "env": {DSN_ENV: db.dsn(DB, f"cache-{engine.name}")},
+        "env": {DSN_ENV: db.dsn(SUITE_DB, f"cache-{engine.name}")},
     }
 
 

@@ -164,7 +164,9 @@ impl Gallery {
             )));
         }
         let follower = store.follower();
-        let saved = Saved::new(dir, format!("{} {dim} {}", metric.name(), store.describe()));
+        // Not the store's path or address: a moved folder keeps its index.
+        let owner = format!("{} {dim} store {}", metric.name(), store.uid());
+        let saved = Saved::new(dir, owner);
         let restored = restore(&saved, store.as_mut(), metric, dim, listed.rows)?;
         let live = Live::around(restored.index, listed.change, follower.is_some());
         let added = live.load(restored.stored, restored.rows)?;

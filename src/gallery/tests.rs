@@ -209,6 +209,39 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     );
 }
 
+#[test]
+fn a_moved_folder_keeps_its_index_and_another_store_does_not_take_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (first, moved, other) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("c"),
+    );
+    let open = |dir: &Path| {
+        let store = store::open_sqlite(dir, &Identity::for_tests("dlib", 2)).unwrap();
+        Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, 100).unwrap()
+    };
+    let (g, _) = open(&first);
+    g.enroll("a", vec![1.0, 1.0]).unwrap();
+    drop(g);
+    std::fs::rename(&first, &moved).unwrap();
+    let (_, opened) = open(&moved);
+    assert!(opened.index.from_file, "{:?}", opened.index);
+    // Another store (its own uid) with the same ids, given this index file: rebuilt.
+    let (g, _) = open(&other);
+    g.enroll("z", vec![5.0, 5.0]).unwrap();
+    std::mem::forget(g); // no save of its own
+    for f in [saved::INDEX_FILE, saved::MANIFEST_FILE] {
+        std::fs::copy(moved.join(f), other.join(f)).unwrap();
+    }
+    let (g, opened) = open(&other);
+    assert!(opened.index.not_used.unwrap().contains("another"));
+    assert_eq!(
+        g.best_match(&[5.0, 5.0], 0.1, 1).unwrap().name.as_deref(),
+        Some("z")
+    );
+}
+
 /// "Embeds" a photo: its first byte as the face count, its second as the value.
 fn fake_faces(calls: &std::cell::Cell<usize>) -> impl FnMut(&[u8]) -> Result<Vec<Vec<f32>>> + '_ {
     move |bytes| {

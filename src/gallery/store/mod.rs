@@ -185,6 +185,10 @@ pub trait Store: Send {
     /// Remember what `new` photos gave and forget every photo of this
     /// embedder whose key is not in `keep`, in one transaction.
     fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
+    /// This store's own name, made when it was created: the same wherever
+    /// its folder is mounted or its database reached from, and different in
+    /// another store. Files kept beside it (the saved index) name it.
+    fn uid(&self) -> &str;
     /// Where it lives, for logs: "sqlite /models/face/gallery/gallery.sqlite3".
     fn describe(&self) -> String;
     /// For a store other servers write too: what reads their changes.

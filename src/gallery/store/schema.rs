@@ -43,8 +43,9 @@ const MIGRATIONS: &[&str] = &[
          entries INTEGER NOT NULL,
          imported_at_ms INTEGER NOT NULL
      );",
-    // 2: what each gallery-folder photo gave an embedder, by content: a
-    // reload embeds only new or changed photos.
+    // 2: what each gallery-folder photo gave an embedder, by content (a
+    // reload embeds only new or changed photos); enrollments by name alone;
+    // the store's uid.
     "CREATE TABLE folder_photos (
          embedder INTEGER NOT NULL REFERENCES embedders (id),
          content_key TEXT NOT NULL,
@@ -53,7 +54,13 @@ const MIGRATIONS: &[&str] = &[
          embedding BLOB,
          seen_at_ms INTEGER NOT NULL,
          PRIMARY KEY (embedder, content_key)
-     );",
+     );
+     -- FORGET finds a name's rows of every embedder: without this it scanned
+     -- the whole table (enrollments_by_name leads with the embedder).
+     CREATE INDEX enrollments_by_any_name ON enrollments (name);
+     -- The store's own name (Store::uid), made once.
+     CREATE TABLE store (uid TEXT NOT NULL);
+     INSERT INTO store (uid) VALUES (lower(hex(randomblob(16))));",
 ];
 
 /// The version this build writes.
@@ -112,12 +119,12 @@ mod tests {
         let tables: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN \
-                 ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos')",
+                 ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos', 'store')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 5);
+        assert_eq!(tables, 6);
         conn.pragma_update(None, "user_version", VERSION + 1)
             .unwrap();
         let e = migrate(&mut conn).unwrap_err();

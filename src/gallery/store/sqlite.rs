@@ -30,6 +30,7 @@ pub struct SqliteStore {
     embedder: i64,
     /// An enrolled.json imported by `open`, reported by the first `load`.
     migrated: Option<Migrated>,
+    uid: String,
 }
 
 impl SqliteStore {
@@ -43,7 +44,11 @@ impl SqliteStore {
         migrate(&mut conn).map_err(|e| e.context(path.display()))?;
         let embedder = embedder_id(&conn, identity)?;
         let migrated = legacy::import(&mut conn, dir, identity)?;
+        let uid = conn
+            .query_row("SELECT uid FROM store", [], |r| r.get(0))
+            .map_err(sql_error)?;
         Ok(SqliteStore {
+            uid,
             conn,
             path,
             identity: identity.clone(),
@@ -304,6 +309,10 @@ impl Store for SqliteStore {
             .map_err(sql_error)?;
         }
         tx.commit().map_err(sql_error)
+    }
+
+    fn uid(&self) -> &str {
+        &self.uid
     }
 
     fn describe(&self) -> String {

@@ -55,6 +55,7 @@ pub struct PostgresStore {
     client: Option<Client>,
     scope: Scope,
     name: String,
+    uid: String,
     poll: Duration,
 }
 
@@ -97,7 +98,15 @@ impl PostgresStore {
             &key,
         )
         .map_err(db)?;
+        let uid: String = client
+            .query_one(
+                "SELECT uid::text FROM triton_face.galleries WHERE id = $1",
+                &[&gallery_id],
+            )
+            .map_err(db)?
+            .get(0);
         Ok(PostgresStore {
+            uid,
             scope: Scope {
                 gallery: gallery_id,
                 embedder,
@@ -336,6 +345,10 @@ impl Store for PostgresStore {
             tx.commit()
         })();
         write.map_err(|e| self.db(e))
+    }
+
+    fn uid(&self) -> &str {
+        &self.uid
     }
 
     fn describe(&self) -> String {

@@ -50,8 +50,8 @@ const MIGRATIONS: &[&str] = &[
          removed_at timestamptz NOT NULL DEFAULT now()
      );
      CREATE INDEX removals_by_change ON triton_face.removals (gallery, change);",
-    // 2: what each gallery-folder photo gave an embedder, by content: a
-    // reload embeds only new or changed photos.
+    // 2: what each gallery-folder photo gave an embedder, by content (a
+    // reload embeds only new or changed photos); each gallery's uid.
     "CREATE TABLE triton_face.folder_photos (
          gallery bigint NOT NULL REFERENCES triton_face.galleries (id),
          embedder bigint NOT NULL REFERENCES triton_face.embedders (id),
@@ -61,7 +61,9 @@ const MIGRATIONS: &[&str] = &[
          embedding bytea,
          seen_at timestamptz NOT NULL DEFAULT now(),
          PRIMARY KEY (gallery, embedder, content_key)
-     );",
+     );
+     -- The gallery's own name (Store::uid), made once per gallery.
+     ALTER TABLE triton_face.galleries ADD COLUMN uid uuid NOT NULL DEFAULT gen_random_uuid();",
 ];
 
 /// The version this build writes.
