@@ -45,6 +45,11 @@
 #   BENCH_MATCHING=1               0: leave out the gallery's matching bench
 #                                  (benches/matching/run.sh, ours vs faiss; its
 #                                  own settings are in that file)
+#   BENCH_SCALE=1                  0: leave out the end-to-end bench at 1,000,000
+#                                  people (benches/gallery_scale/run.py, then
+#                                  join.py on PostgreSQL; needs the matching
+#                                  bench's million-row data set; the first run
+#                                  builds the index, ~20 min)
 #   BENCH_LIBRARY=PATH             serve this libtriton_face.so instead of
 #                                  building one: no setup.sh (assets/env.sh must
 #                                  exist), no cargo build, no in-process bench
@@ -359,4 +364,10 @@ log "done in $((SECONDS - T0)) s: out/bench.txt"
 if [ "${BENCH_MATCHING:-1}" = 1 ]; then
     log "gallery matching: benches/matching/run.sh (out/bench-matching.txt)"
     bash benches/matching/run.sh
+fi
+if [ "${BENCH_SCALE:-1}" = 1 ]; then
+    log "gallery at scale, end to end: benches/gallery_scale/run.py (out/bench-gallery-scale.txt)"
+    "$PYTHON" benches/gallery_scale/run.py --library "$LIBRARY" --window-ms 8000
+    log "a server joining a PostgreSQL gallery of a million: benches/gallery_scale/join.py (out/bench-gallery-join.txt)"
+    "$PYTHON" benches/gallery_scale/join.py --library "$LIBRARY"
 fi
