@@ -156,6 +156,24 @@ class PostgresServer:
         out = done.stdout.rstrip("\n")
         return [tuple(row.split(FIELD)) for row in out.split(RECORD) if row] if out else []
 
+    def copy_in(self, table: str, columns: str, lines, db: str = "postgres") -> None:
+        """COPY `lines` (text format: tab-separated fields, bytea as \\x hex, one row each)
+        into `table (columns)`, streamed through psql's standard input."""
+        psql = subprocess.Popen(
+            [str(PG_BIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.sockets),
+             "-p", str(self.port), "-U", PG_USER, "-d", db,
+             "-c", f"COPY {table} ({columns}) FROM STDIN"],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            for line in lines:
+                psql.stdin.write(line + "\n")
+            psql.stdin.close()
+        except BrokenPipeError:
+            pass
+        if psql.wait(timeout=TIMEOUT_S * 10) != 0:
+            raise RuntimeError(f"COPY {table}: {psql.stderr.read().strip()}")
+
     def terminate(self, application_name: str) -> int:
         """pg_terminate_backend on every session of that application_name; how many."""
         name = application_name.replace("'", "''")

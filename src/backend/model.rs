@@ -171,14 +171,24 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     }
     log::info(&format!(
         "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed",
-        if index.from_file {
-            "loaded from its file"
-        } else {
-            "built"
+        match (index.from_file, index.fetched) {
+            (true, true) => "loaded from the copy another server published to the store",
+            (true, false) => "loaded from its file",
+            _ => "built",
         },
         index.added,
         index.removed
     ));
+    match &index.published {
+        Some(Ok(bytes)) => log::info(&format!(
+            "model '{name}': gallery index published to the store for servers that join later ({} MiB)",
+            bytes >> 20
+        )),
+        Some(Err(why)) => log::warn(&format!(
+            "model '{name}': gallery index not published to the store (a joining server will rebuild it): {why}"
+        )),
+        None => {}
+    }
     if opened.foreign > 0 {
         log::warn(&format!(
             "model '{name}': {} enrolled faces in the gallery store were made by another \

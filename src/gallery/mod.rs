@@ -111,11 +111,16 @@ pub struct Opened {
 pub struct Restored {
     /// Loaded from the saved file (else built from the store).
     pub from_file: bool,
-    /// Why the saved file was not used, when there was one.
+    /// That file was first copied from the one published to the store.
+    pub fetched: bool,
+    /// Why a saved or published file was not used, when there was one.
     pub not_used: Option<String>,
     /// Vectors read from the store and inserted; stale ones removed.
     pub added: usize,
     pub removed: usize,
+    /// Published to a shared store for servers that join later (its copy
+    /// there was missing or out of date): the bytes, or why it was not.
+    pub published: Option<std::result::Result<u64, String>>,
 }
 
 /// A load that inserts or removes this many vectors saves the index at once.
@@ -172,7 +177,7 @@ impl Gallery {
         let added = live.load(restored.stored, restored.rows)?;
         let live = Arc::new(live);
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
-        let opened = Opened {
+        let mut opened = Opened {
             enrolled: live.read().len(),
             foreign: listed.foreign,
             migrated: listed.migrated,
@@ -197,9 +202,10 @@ impl Gallery {
         };
         if added + restored.how.removed >= SAVE_AT_OPEN {
             // Rebuilt or caught up a lot: keep that work even if the server
-            // is killed before the model unloads.
+            // is killed before the model unloads, and share it.
             gallery.save_index()?;
         }
+        opened.index.published = gallery.publish_index();
         let following = match follower {
             None => None,
             Some(f) => Some(
@@ -226,6 +232,20 @@ impl Gallery {
         self.saved.save(&self.live.index, keys, folder_keys_below)?;
         self.saved_at.store(changes, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Publish the saved index to a store other servers share, when its
+    /// copy there is out of date: the bytes written, or why not (a cache:
+    /// a failure costs a joining server a rebuild, nothing else).
+    pub fn publish_index(&self) -> Option<std::result::Result<u64, String>> {
+        if self.len() < SAVE_AT_OPEN || !self.saved.exists() {
+            return None; // rebuilt in seconds: not worth a copy
+        }
+        let mut store = self.writer();
+        match self.saved.publish(store.as_mut()) {
+            Ok(published) => published.map(Ok),
+            Err(e) => Some(Err(e.message().to_string())),
+        }
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Entries> {
@@ -502,6 +522,9 @@ impl Drop for Gallery {
         if let Err(e) = self.save_index() {
             crate::triton::log::warn(&format!("gallery: index not saved: {e}"));
         }
+        if let Some(Err(why)) = self.publish_index() {
+            crate::triton::log::warn(&format!("gallery: index not published: {why}"));
+        }
     }
 }
 
@@ -525,12 +548,9 @@ fn restore(
     rows: Vec<Row>,
 ) -> Result<Restoring> {
     let mut how = Restored::default();
-    let (index, manifest) = match saved.load(metric, dim) {
-        Ok((index, manifest)) => (index, Some(manifest)),
-        Err(why) => {
-            how.not_used = saved.exists().then(|| why.message().to_string());
-            (VectorIndex::new(metric, dim)?, None)
-        }
+    let (index, manifest) = match load_saved(saved, store, metric, dim, &mut how) {
+        Some((index, manifest)) => (index, Some(manifest)),
+        None => (VectorIndex::new(metric, dim)?, None),
     };
     if let Some(m) = &manifest {
         how.from_file = true;
@@ -560,6 +580,50 @@ fn restore(
         rows,
         how,
     })
+}
+
+/// The saved index, else the one published to a shared store (copied
+/// here first); `None` when neither can be used, and `how` says why.
+fn load_saved(
+    saved: &Saved,
+    store: &mut dyn Store,
+    metric: Metric,
+    dim: usize,
+    how: &mut Restored,
+) -> Option<(VectorIndex, saved::Manifest)> {
+    let local = saved.load(metric, dim);
+    if local.is_ok() || !store.shares_index() {
+        if let Err(why) = &local {
+            how.not_used = saved.exists().then(|| why.message().to_string());
+        }
+        return local.ok();
+    }
+    let why_local = saved
+        .exists()
+        .then(|| local.err().map(|e| e.message().to_string()));
+    let published = match saved.fetch(store) {
+        Ok(false) => None,
+        Ok(true) => Some(saved.load(metric, dim)),
+        Err(e) => Some(Err(e)),
+    };
+    let why_published = match published {
+        Some(Ok(loaded)) => {
+            how.fetched = true;
+            return Some(loaded);
+        }
+        Some(Err(e)) => {
+            saved.published_bad();
+            Some(format!("the copy published to the store: {}", e.message()))
+        }
+        None => None,
+    };
+    let why: Vec<String> = why_local
+        .flatten()
+        .into_iter()
+        .chain(why_published)
+        .collect();
+    how.not_used = (!why.is_empty()).then(|| why.join("; "));
+    None
 }
 
 #[cfg(test)]

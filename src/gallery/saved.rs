@@ -9,20 +9,31 @@
 //! write, a truncated or garbage file) is not used, and what is used is
 //! reconciled with the store's rows (`super::Gallery::open`): a kill -9 at any
 //! moment costs at most a rebuild.
+//!
+//! A store that servers share (PostgreSQL) also keeps a published copy of
+//! both files: a server joining with an empty folder copies it here and
+//! catches up from the store, instead of rebuilding the graph.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use super::index::VectorIndex;
+use super::store::Store;
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
 
 pub const INDEX_FILE: &str = "gallery.index";
 pub const MANIFEST_FILE: &str = "gallery.index.json";
 const FORMAT: u32 = 1;
+/// A published copy is replaced once it differs from the one saved here in
+/// this many store rows: a joining server catches up at most about this
+/// many insertions (seconds), and a gigabyte is not written for a handful.
+pub const PUBLISH_AFTER: usize = 1_000;
 
 /// What a saved index holds: checked before the file is used.
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -61,6 +72,8 @@ pub fn runs(mut keys: Vec<u64>) -> Vec<(u64, u64)> {
 pub struct Saved {
     dir: PathBuf,
     owner: String,
+    /// The published copy was found unusable: replace it at the next publish.
+    published_bad: AtomicBool,
 }
 
 impl Saved {
@@ -68,6 +81,7 @@ impl Saved {
         Saved {
             dir: dir.to_path_buf(),
             owner,
+            published_bad: AtomicBool::new(false),
         }
     }
 
@@ -94,16 +108,26 @@ impl Saved {
     fn manifest(&self) -> Result<Manifest> {
         let path = self.dir.join(MANIFEST_FILE);
         let text = fs::read(&path).map_err(|e| io(&path, e))?;
-        let m: Manifest = serde_json::from_slice(&text)
-            .map_err(|e| Error::unavailable(format!("{}: {e}", path.display())))?;
+        self.parse(&text, &path.display().to_string())
+    }
+
+    /// A manifest of this owner, from `text` (`what` names it in the error).
+    fn parse(&self, text: &[u8], what: &str) -> Result<Manifest> {
+        let m: Manifest =
+            serde_json::from_slice(text).map_err(|e| Error::unavailable(format!("{what}: {e}")))?;
         if m.format != FORMAT || m.owner != self.owner {
             return Err(Error::unavailable(format!(
-                "{} belongs to another embedder or store ({})",
-                path.display(),
+                "{what} belongs to another embedder or store ({})",
                 m.owner
             )));
         }
         Ok(m)
+    }
+
+    /// A temporary file for `name`, named per process: two servers on one
+    /// folder never write one file.
+    fn tmp(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.{}.tmp", std::process::id()))
     }
 
     /// Write `index` holding `keys` (and gallery-image keys below
@@ -111,10 +135,7 @@ impl Saved {
     pub fn save(&self, index: &VectorIndex, keys: Vec<u64>, folder_keys_below: u64) -> Result<()> {
         self.remove_orphans();
         let path = self.dir.join(INDEX_FILE);
-        // Named per process: two servers on one folder never write one file.
-        let tmp = self
-            .dir
-            .join(format!("{INDEX_FILE}.{}.tmp", std::process::id()));
+        let tmp = self.tmp(INDEX_FILE);
         index.save(&tmp)?;
         sync(&tmp)?;
         let (bytes, blake3) = hash_file(&tmp)?;
@@ -128,14 +149,84 @@ impl Saved {
             folder_keys_below,
         };
         let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;
+        self.put_manifest(&text)
+    }
+
+    /// Write the manifest (after its index file), durably.
+    fn put_manifest(&self, text: &[u8]) -> Result<()> {
         let path = self.dir.join(MANIFEST_FILE);
-        let tmp = self
-            .dir
-            .join(format!("{MANIFEST_FILE}.{}.tmp", std::process::id()));
-        write_synced(&tmp, &text)?;
+        let tmp = self.tmp(MANIFEST_FILE);
+        write_synced(&tmp, text)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
         sync(&self.dir)
     }
+
+    /// Copy the index published to `store` here, as the saved files (`load`
+    /// then checks it like any other: if it fails, call `published_bad`).
+    /// Whether there was one of this owner.
+    pub fn fetch(&self, store: &mut dyn Store) -> Result<bool> {
+        if !store.shares_index() {
+            return Ok(false);
+        }
+        self.remove_orphans();
+        let tmp = self.tmp(INDEX_FILE);
+        let fetched = (|| {
+            let mut out = BufWriter::new(File::create(&tmp).map_err(|e| io(&tmp, e))?);
+            let Some(text) = store.fetch_index(&mut out)? else {
+                return Ok(None);
+            };
+            out.flush().map_err(|e| io(&tmp, e))?;
+            self.parse(&text, "the index published to the store")?;
+            Ok(Some(text))
+        })();
+        let text = match fetched {
+            Ok(Some(text)) => text,
+            other => {
+                let _ = fs::remove_file(&tmp);
+                return other.map(|_| false);
+            }
+        };
+        sync(&tmp)?;
+        let path = self.dir.join(INDEX_FILE);
+        fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        self.put_manifest(&text)?;
+        Ok(true)
+    }
+
+    /// Publish the saved files to `store` for servers that join later,
+    /// unless its copy differs from them in fewer than `PUBLISH_AFTER` rows.
+    /// The bytes published, if it did.
+    pub fn publish(&self, store: &mut dyn Store) -> Result<Option<u64>> {
+        if !store.shares_index() {
+            return Ok(None);
+        }
+        let ours = self.manifest()?;
+        let replace = self.published_bad.load(Ordering::Relaxed);
+        if let Some(text) = store.published_manifest()?.filter(|_| !replace) {
+            let theirs = self.parse(&text, "the published index");
+            if theirs.is_ok_and(|t| rows_apart(&t, &ours) < PUBLISH_AFTER) {
+                return Ok(None);
+            }
+        }
+        let text = fs::read(self.dir.join(MANIFEST_FILE)).map_err(|e| io(&self.dir, e))?;
+        let path = self.dir.join(INDEX_FILE);
+        let mut file = File::open(&path).map_err(|e| io(&path, e))?;
+        store.publish_index(&text, &mut file)?;
+        self.published_bad.store(false, Ordering::Relaxed);
+        Ok(Some(ours.bytes))
+    }
+
+    /// The published copy could not be used (damaged, or not this owner's).
+    pub fn published_bad(&self) {
+        self.published_bad.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Store rows one manifest holds and the other does not.
+fn rows_apart(a: &Manifest, b: &Manifest) -> usize {
+    let a: HashSet<u64> = a.keys().collect();
+    let b: HashSet<u64> = b.keys().collect();
+    a.symmetric_difference(&b).count()
 }
 
 impl Saved {

@@ -18,6 +18,7 @@ pub mod schema;
 pub mod sqlite;
 
 use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -194,6 +195,25 @@ pub trait Store: Send {
     /// For a store other servers write too: what reads their changes.
     fn follower(&self) -> Option<Box<dyn Follower>> {
         None
+    }
+    /// Whether servers share this store, so that a saved index published to
+    /// it spares a server that joins later the rebuild (minutes at a
+    /// million people). The four calls below do nothing otherwise.
+    fn shares_index(&self) -> bool {
+        false
+    }
+    /// The manifest of the published index, if any.
+    fn published_manifest(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    /// The published index: its manifest, its file written to `out`.
+    fn fetch_index(&mut self, _out: &mut dyn Write) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    /// Publish a saved index (its manifest, its file read from `file`) in
+    /// place of the last one.
+    fn publish_index(&mut self, _manifest: &[u8], _file: &mut dyn Read) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -11,11 +11,13 @@
 
 pub mod follow;
 pub mod photos;
+pub mod published;
 pub mod read;
 pub mod schema;
 pub mod target;
 
 use std::collections::HashSet;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use ::postgres::{Client, Transaction};
@@ -368,6 +370,25 @@ impl Store for PostgresStore {
             self.poll,
             label,
         )))
+    }
+
+    fn shares_index(&self) -> bool {
+        true
+    }
+
+    fn published_manifest(&mut self) -> Result<Option<Vec<u8>>> {
+        self.read(published::manifest)
+    }
+
+    fn fetch_index(&mut self, out: &mut dyn Write) -> Result<Option<Vec<u8>>> {
+        self.read(|tx, scope| published::fetch(tx, scope, out))
+    }
+
+    fn publish_index(&mut self, manifest: &[u8], file: &mut dyn Read) -> Result<()> {
+        let scope = self.scope;
+        let client = self.session()?;
+        let published = published::publish(client, scope, manifest, file);
+        published.map_err(|e| read_error(self.target.shown(), e))
     }
 }
 

@@ -64,6 +64,28 @@ const MIGRATIONS: &[&str] = &[
      );
      -- The gallery's own name (Store::uid), made once per gallery.
      ALTER TABLE triton_face.galleries ADD COLUMN uid uuid NOT NULL DEFAULT gen_random_uuid();",
+    // 3: a saved vector index a server published for those that join later
+    // (a cache: never trusted over the enrollments), in parts.
+    "CREATE TABLE triton_face.published_indexes (
+         gallery bigint NOT NULL REFERENCES triton_face.galleries (id),
+         embedder bigint NOT NULL REFERENCES triton_face.embedders (id),
+         -- The saved index's manifest (JSON): its length, BLAKE3, the rows it holds.
+         manifest bytea NOT NULL,
+         parts integer NOT NULL,
+         published_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (gallery, embedder)
+     );
+     CREATE TABLE triton_face.published_index_parts (
+         gallery bigint NOT NULL,
+         embedder bigint NOT NULL,
+         part integer NOT NULL,
+         bytes bytea NOT NULL,
+         PRIMARY KEY (gallery, embedder, part),
+         FOREIGN KEY (gallery, embedder)
+             REFERENCES triton_face.published_indexes (gallery, embedder) ON DELETE CASCADE
+     );
+     -- f16 vectors and neighbour ids do not compress: do not try.
+     ALTER TABLE triton_face.published_index_parts ALTER COLUMN bytes SET STORAGE EXTERNAL;",
 ];
 
 /// The version this build writes.

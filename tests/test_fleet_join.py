@@ -1,0 +1,105 @@
+"""A server joining a large shared gallery (issue: a gallery of millions at the cost of an empty
+one): it must not rebuild the vector index another server already built. Real PostgreSQL 15 and
+real tritonservers, each with an empty model folder of its own:
+
+- A loads a gallery of 25,000 people (filled with plain SQL beside one real person), builds its
+  index, saves it and publishes it to the database;
+- B joins with nothing on its disk: it copies the published index, reads from the store only the
+  rows enrolled after it was published, and names people right;
+- a damaged published copy is refused (BLAKE3 of its manifest), the joining server C rebuilds
+  and publishes a sound one, and D joins from that.
+
+The ONNX engine only: its 512-d embeddings are the large case."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from face_client import infer_encoded, names
+from postgres_server import SUITE_DB
+
+pytestmark = pytest.mark.engines("onnx")
+
+DSN_ENV = "FACE_GALLERY_DSN"
+GALLERY = "joining"
+PARAMS = {"gallery_store": "postgres", "gallery_name": GALLERY}
+# Above the exact-scan limit (20,000: a graph is built) and the save-at-load limit (10,000).
+PEOPLE = 25_000
+DIM = 512
+BUILD_TIMEOUT_S = 600.0
+
+
+def _fill(postgres, people: int) -> None:
+    """`people` random unit embeddings as one change of the gallery, by the embedder that
+    stored the first enrollment (the model's own), through COPY."""
+    [(gallery, embedder)] = postgres.sql(
+        "SELECT gallery, embedder FROM triton_face.enrollments LIMIT 1", SUITE_DB)
+    [(change,)] = postgres.sql(
+        f"UPDATE triton_face.galleries SET last_change = last_change + 1 WHERE id = {gallery} "
+        "RETURNING last_change", SUITE_DB)
+    rng = np.random.default_rng(24)
+
+    def lines():
+        for start in range(0, people, 5_000):
+            block = rng.standard_normal((min(5_000, people - start), DIM)).astype("<f4")
+            block /= np.linalg.norm(block, axis=1, keepdims=True)
+            for i, v in enumerate(block):
+                yield f"{gallery}\t{embedder}\tperson {start + i}\t\\\\x{v.tobytes().hex()}\t{change}"
+
+    postgres.copy_in("triton_face.enrollments", "gallery, embedder, name, embedding, change",
+                     lines(), SUITE_DB)
+
+
+def _index_lines(server) -> str:
+    return "\n".join(x for x in server.log_text().splitlines() if "gallery index" in x)
+
+
+def _who(server, photos, photo: str) -> list[str]:
+    [doc] = infer_encoded(server.http(), [photos.bytes(photo)])
+    return names(doc)
+
+
+def test_a_joining_server_copies_the_published_index(postgres, start_server, photos):
+    def joining(app: str):
+        return start_server(params=PARAMS, gallery={},
+                            env={DSN_ENV: postgres.dsn(SUITE_DB, app)})
+
+    a = joining("join-a")
+    [ack] = infer_encoded(a.http(), [photos.bytes("obama.jpg")], enroll="obama")
+    assert ack["enrolled"]["added"] is True
+    a.stop()
+    _fill(postgres, PEOPLE)
+    a.start(timeout=BUILD_TIMEOUT_S)
+    log = _index_lines(a)
+    assert f"{PEOPLE} vectors read from the store" in log, log
+    assert "published to the store" in log, log
+    [ack] = infer_encoded(a.http(), [photos.bytes("biden.jpg")], enroll="biden")
+    assert ack["enrolled"]["gallery_size"] == PEOPLE + 2
+
+    b = joining("join-b")
+    log = _index_lines(b)
+    assert "loaded from the copy another server published" in log, log
+    assert "1 vectors read from the store" in log, "only biden, enrolled after publishing"
+    assert _who(b, photos, "obama2.jpg") == ["obama"]
+    assert _who(b, photos, "biden.jpg") == ["biden"]
+    assert not list(b.gallery_dir.glob("*.tmp")), "the copy's temporary file stays"
+
+    c = joining("join-c")
+    c.stop()
+    for f in c.gallery_dir.glob("gallery.index*"):
+        f.unlink()
+    postgres.sql("UPDATE triton_face.published_index_parts "
+                 "SET bytes = overlay(bytes PLACING '\\xdeadbeef'::bytea FROM 1000) "
+                 "WHERE part = 0", SUITE_DB)
+    c.start(timeout=BUILD_TIMEOUT_S)
+    log = _index_lines(c)
+    assert "not used: the copy published to the store" in log and "manifest" in log, log
+    assert "gallery index built" in log and "published to the store" in log, log
+    assert _who(c, photos, "obama2.jpg") == ["obama"]
+
+    d = joining("join-d")
+    log = _index_lines(d)
+    assert "loaded from the copy another server published" in log, log
+    assert "0 vectors read from the store" in log, log
+    assert _who(d, photos, "biden.jpg") == ["biden"]
