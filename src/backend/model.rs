@@ -170,14 +170,16 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
         ));
     }
     log::info(&format!(
-        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed",
+        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed, \
+         {} out of the graph's reach (scanned at every search)",
         match (index.from_file, index.fetched) {
             (true, true) => "loaded from the copy another server published to the store",
             (true, false) => "loaded from its file",
             _ => "built",
         },
         index.added,
-        index.removed
+        index.removed,
+        index.strays
     ));
     match &index.published {
         Some(Ok(bytes)) => log::info(&format!(

@@ -10,11 +10,20 @@
 //! 1e-4, far below the 3 decimals answers carry and the gaps between people.
 //! i8 would clip dlib's vectors, which are not unit length.
 //!
+//! Strays: a node far from all others can lose every link that leads to it
+//! as closer nodes arrive (HNSW prunes links for diversity), and then no
+//! search finds it, however wide. Measured: a real face among a million
+//! synthetic people (no link led to it). Nodes that few links lead to are
+//! taken for strays: counted over the whole graph at load, and for each
+//! vector inserted alone. Every graph search scans the strays too (a few
+//! hundred vectors at a million: tens of microseconds).
+//!
 //! Concurrency: searches share a read lock; each insertion or removal takes
 //! the write lock for itself alone (usearch lets a search read neighbour lists
 //! while an insertion rewrites them, which is a data race), so a change blocks
 //! readers for one insertion at most.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -32,6 +41,11 @@ pub const EXACT_UP_TO: usize = 20_000;
 const CONNECTIVITY: usize = 16;
 const EXPANSION_ADD: usize = 64;
 pub const EXPANSION_SEARCH: usize = 128;
+/// A node that at most this many base-level links lead to is a stray (the
+/// average is 2 x CONNECTIVITY); at most this many strays, fewest links
+/// first (scanning them costs about 2 ms at the limit).
+const FEW_LINKS_IN: u32 = 4;
+const MAX_STRAYS: usize = 10_000;
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
 /// The first capacity; it doubles as the gallery grows.
@@ -46,6 +60,9 @@ pub struct Hit {
 
 pub struct VectorIndex {
     inner: RwLock<Index>,
+    /// Keys no graph search can reach (see `find_strays`), scanned at every
+    /// search; changed only under `inner`'s write lock.
+    strays: RwLock<Vec<u64>>,
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
@@ -106,6 +123,7 @@ impl VectorIndex {
     fn around(index: Index, metric: Metric, dim: usize) -> Self {
         VectorIndex {
             inner: RwLock::new(index),
+            strays: RwLock::new(Vec::new()),
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
@@ -211,7 +229,46 @@ impl VectorIndex {
                 .map_err(|e| failed("grow", e))?;
         }
         index.add(key, vector).map_err(|e| failed("insert", e))?;
+        if index.size() > self.exact_up_to && links_back(&index, key) <= FEW_LINKS_IN {
+            let mut strays = self.strays_mut();
+            if strays.len() < MAX_STRAYS {
+                strays.push(key);
+            }
+        }
         Ok(true)
+    }
+
+    /// Find the strays among `keys` (every key the index holds): the nodes
+    /// that at most `FEW_LINKS_IN` base-level links lead to (at a million
+    /// clustered people 232 nodes, among them the real face no search
+    /// found), fewest first, at most `MAX_STRAYS`. How many. One pass over
+    /// the links: about 2 s at a million on 2 cores.
+    pub fn find_strays(&self, keys: &[u64]) -> usize {
+        let index = self.read();
+        let mut strays = self.strays_mut();
+        strays.clear();
+        if keys.len() <= self.exact_up_to {
+            return 0;
+        }
+        let links_in = links_in(&index, keys);
+        let mut few: Vec<(u32, u64)> = keys
+            .iter()
+            .zip(&links_in)
+            .filter(|(_, &n)| n <= FEW_LINKS_IN)
+            .map(|(&k, &n)| (n, k))
+            .collect();
+        few.sort_unstable();
+        strays.extend(few.iter().take(MAX_STRAYS).map(|&(_, k)| k));
+        strays.len()
+    }
+
+    /// How many keys are strays.
+    pub fn strays(&self) -> usize {
+        self.strays.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn strays_mut(&self) -> RwLockWriteGuard<'_, Vec<u64>> {
+        self.strays.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Add many vectors at once, on every core, before anyone searches (a
@@ -251,10 +308,10 @@ impl VectorIndex {
 
     /// Remove `key`'s vector (nothing when it is not there).
     pub fn remove(&self, key: u64) -> Result<()> {
-        self.write()
-            .remove(key)
-            .map(|_| ())
-            .map_err(|e| failed("remove", e))
+        let index = self.write();
+        index.remove(key).map_err(|e| failed("remove", e))?;
+        self.strays_mut().retain(|&k| k != key);
+        Ok(())
     }
 
     /// The vector stored under `key` (as stored: f16, widened).
@@ -283,15 +340,22 @@ impl VectorIndex {
         if index.size() == 0 || count == 0 {
             return Ok(Vec::new());
         }
-        let found = if exact.unwrap_or(index.size() <= self.exact_up_to) {
+        let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
+        let found = if exact {
             index.exact_search(query, count)
         } else {
             index.search(query, count)
         }
         .map_err(|e| failed("search", e))?;
+        let mut keys = found.keys;
+        if !exact {
+            keys.extend(self.strays.read().unwrap_or_else(|e| e.into_inner()).iter());
+            keys.sort_unstable();
+            keys.dedup();
+        }
         let mut stored = vec![0.0f32; self.dim];
-        let mut hits = Vec::with_capacity(found.keys.len());
-        for &key in &found.keys {
+        let mut hits = Vec::with_capacity(keys.len());
+        for &key in &keys {
             if let Ok(1) = index.get(key, &mut stored) {
                 let distance = self.metric.distance(&stored, query);
                 hits.push(Hit { key, distance });
@@ -315,6 +379,55 @@ pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// How many base-level links lead to each of `keys`, counted on every core.
+fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
+    let slot: HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = keys.len().div_ceil(cores).max(1);
+    let counts: Vec<Vec<u32>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = keys
+            .chunks(chunk)
+            .map(|part| {
+                let slot = &slot;
+                scope.spawn(move || {
+                    let mut count = vec![0u32; slot.len()];
+                    let mut links = vec![0u64; 4 * CONNECTIVITY];
+                    for &key in part {
+                        let n = index.neighbors(key, 0).drain_into(&mut links);
+                        for k in &links[..n] {
+                            if let Some(&j) = slot.get(k) {
+                                count[j] += 1;
+                            }
+                        }
+                    }
+                    count
+                })
+            })
+            .collect();
+        workers.into_iter().filter_map(|w| w.join().ok()).collect()
+    });
+    let mut total = vec![0u32; keys.len()];
+    for c in counts {
+        total.iter_mut().zip(c).for_each(|(t, n)| *t += n);
+    }
+    total
+}
+
+/// How many of `key`'s own base-level neighbours link back to it: the links
+/// that lead to a node just inserted.
+fn links_back(index: &Index, key: u64) -> u32 {
+    let mut links = vec![0u64; 4 * CONNECTIVITY];
+    let n = index.neighbors(key, 0).drain_into(&mut links);
+    let mut back = vec![0u64; 4 * CONNECTIVITY];
+    links[..n]
+        .iter()
+        .filter(|&&k| {
+            let m = index.neighbors(k, 0).drain_into(&mut back);
+            back[..m].contains(&key)
+        })
+        .count() as u32
 }
 
 fn insert_part(index: &Index, part: &[(u64, &[f32])]) -> Result<usize> {
@@ -386,6 +499,60 @@ mod tests {
         assert_ne!(index.nearest(&unit(1234, 64), 4).unwrap()[0].key, 1234);
         assert_eq!(index.vector(1234), None);
         assert_eq!(index.len(), 2999);
+    }
+
+    /// A random unit vector, each value hashed on its own (splitmix64):
+    /// `unit`'s values of nearby seeds are alike.
+    fn random_unit(seed: u64, dim: usize) -> Vec<f32> {
+        let v: Vec<f32> = (0..dim as u64)
+            .map(|i| {
+                let mut z = (seed << 20 ^ i).wrapping_add(0x9E37_79B9_7F4A_7C15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect();
+        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        v.into_iter().map(|a| a / n).collect()
+    }
+
+    /// A vector close to `centre`: most of it is the centre.
+    fn near(centre: &[f32], seed: u64) -> Vec<f32> {
+        let noise = random_unit(seed, centre.len());
+        let v: Vec<f32> = centre
+            .iter()
+            .zip(&noise)
+            .map(|(c, n)| c + 0.3 * n)
+            .collect();
+        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        v.into_iter().map(|a| a / n).collect()
+    }
+
+    #[test]
+    fn a_vector_far_from_all_others_is_still_found() {
+        // The loner goes in first: the crowd that follows prunes the links
+        // to it (the case measured with a real face among a million).
+        let dim = 64;
+        let centre = unit(1, dim);
+        let loner: Vec<f32> = centre.iter().map(|c| -c).collect();
+        let index = VectorIndex::new(Metric::Cosine, dim)
+            .unwrap()
+            .with_exact_up_to(100);
+        index.insert(0, &loner).unwrap();
+        let crowd: Vec<(u64, Vec<f32>)> = (1..5000u64).map(|k| (k, near(&centre, k))).collect();
+        let items: Vec<(u64, &[f32])> = crowd.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        index.insert_all(&items).unwrap();
+        let keys: Vec<u64> = (0..5000).collect();
+        let strays = index.find_strays(&keys);
+        assert!(strays < 50, "{strays} strays in a well-linked crowd");
+        let hits = index.nearest(&near(&loner, 9), 4).unwrap();
+        assert_eq!(hits[0].key, 0, "{hits:?}, {strays} strays");
+        // Inserted one at a time after the crowd: checked as it goes in.
+        let other: Vec<f32> = near(&loner, 10).iter().map(|x| -x * 0.5 + 0.1).collect();
+        index.insert(9999, &other).unwrap();
+        assert_eq!(index.nearest(&other, 1).unwrap()[0].key, 9999);
+        index.remove(0).unwrap();
+        assert_ne!(index.nearest(&loner, 1).unwrap()[0].key, 0);
     }
 
     #[test]

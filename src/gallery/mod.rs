@@ -118,6 +118,8 @@ pub struct Restored {
     /// Vectors read from the store and inserted; stale ones removed.
     pub added: usize,
     pub removed: usize,
+    /// Entries no graph search reaches, scanned at every search instead.
+    pub strays: usize,
     /// Published to a shared store for servers that join later (its copy
     /// there was missing or out of date): the bytes, or why it was not.
     pub published: Option<std::result::Result<u64, String>>,
@@ -175,6 +177,7 @@ impl Gallery {
         let restored = restore(&saved, store.as_mut(), metric, dim, listed.rows)?;
         let live = Live::around(restored.index, listed.change, follower.is_some());
         let added = live.load(restored.stored, restored.rows)?;
+        let strays = live.index.find_strays(&live.read().store_keys());
         let live = Arc::new(live);
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
         let mut opened = Opened {
@@ -185,6 +188,7 @@ impl Gallery {
             following: follower.is_some(),
             index: Restored {
                 added,
+                strays,
                 ..restored.how
             },
         };
