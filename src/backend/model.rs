@@ -170,8 +170,7 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
         ));
     }
     log::info(&format!(
-        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed, \
-         {} out of the graph's reach (scanned at every search)",
+        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed{}",
         match (index.from_file, index.fetched) {
             (true, true) => "loaded from the copy another server published to the store",
             (true, false) => "loaded from its file",
@@ -179,7 +178,10 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
         },
         index.added,
         index.removed,
-        index.strays
+        match index.strays {
+            0 => String::new(),
+            n => format!(", {n} out of the graph's reach (scanned at every search)"),
+        }
     ));
     match &index.published {
         Some(Ok(bytes)) => log::info(&format!(

@@ -242,7 +242,7 @@ impl VectorIndex {
     /// that at most `FEW_LINKS_IN` base-level links lead to (at a million
     /// clustered people 232 nodes, among them the real face no search
     /// found), fewest first, at most `MAX_STRAYS`. How many. One pass over
-    /// the links: about 2 s at a million on 2 cores.
+    /// the links: about 3 s at a million on 2 cores.
     pub fn find_strays(&self, keys: &[u64]) -> usize {
         let index = self.read();
         let mut strays = self.strays_mut();
@@ -260,11 +260,6 @@ impl VectorIndex {
         few.sort_unstable();
         strays.extend(few.iter().take(MAX_STRAYS).map(|&(_, k)| k));
         strays.len()
-    }
-
-    /// How many keys are strays.
-    pub fn strays(&self) -> usize {
-        self.strays.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn strays_mut(&self) -> RwLockWriteGuard<'_, Vec<u64>> {
