@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use usearch::ScalarKind;
@@ -45,6 +46,14 @@ pub const EXPANSION_SEARCH: usize = 128;
 /// average is 2 x CONNECTIVITY); at most this many strays, fewest links
 /// first (scanning them costs about 2 ms at the limit).
 const FEW_LINKS_IN: u32 = 4;
+/// A node with at most SOME_LINKS_IN links in is a stray too when it is
+/// isolated: its nearest neighbour ISOLATED times as far as a typical
+/// node's, measured on SAMPLE nodes. A query near it is far from all the
+/// others, so no step of a search leads towards it (a loner with 5 or 6
+/// links in was missed in the unit test).
+const SOME_LINKS_IN: u32 = 8;
+const ISOLATED: f32 = 2.0;
+const SAMPLE: usize = 1000;
 const MAX_STRAYS: usize = 10_000;
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
@@ -63,6 +72,9 @@ pub struct VectorIndex {
     /// Keys no graph search can reach (see `find_strays`), scanned at every
     /// search; changed only under `inner`'s write lock.
     strays: RwLock<Vec<u64>>,
+    /// A typical node's distance to its nearest neighbour (f32 bits; 0
+    /// until `find_strays` measured it).
+    typical_nearest: AtomicU32,
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
@@ -124,6 +136,7 @@ impl VectorIndex {
         VectorIndex {
             inner: RwLock::new(index),
             strays: RwLock::new(Vec::new()),
+            typical_nearest: AtomicU32::new(0),
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
@@ -229,7 +242,7 @@ impl VectorIndex {
                 .map_err(|e| failed("grow", e))?;
         }
         index.add(key, vector).map_err(|e| failed("insert", e))?;
-        if index.size() > self.exact_up_to && links_back(&index, key) <= FEW_LINKS_IN {
+        if index.size() > self.exact_up_to && self.is_stray(&index, key, links_back(&index, key)) {
             let mut strays = self.strays_mut();
             if strays.len() < MAX_STRAYS {
                 strays.push(key);
@@ -251,15 +264,52 @@ impl VectorIndex {
             return 0;
         }
         let links_in = links_in(&index, keys);
+        let step = keys.len().div_ceil(SAMPLE).max(1);
+        let mut sample: Vec<f32> = (keys.iter().step_by(step))
+            .filter_map(|&k| self.nearest_link(&index, k))
+            .collect();
+        sample.sort_unstable_by(f32::total_cmp);
+        let typical = sample.get(sample.len() / 2).copied().unwrap_or(0.0);
+        self.typical_nearest
+            .store(typical.to_bits(), Ordering::Relaxed);
         let mut few: Vec<(u32, u64)> = keys
             .iter()
             .zip(&links_in)
-            .filter(|(_, &n)| n <= FEW_LINKS_IN)
+            .filter(|(&k, &n)| self.is_stray(&index, k, n))
             .map(|(&k, &n)| (n, k))
             .collect();
         few.sort_unstable();
         strays.extend(few.iter().take(MAX_STRAYS).map(|&(_, k)| k));
         strays.len()
+    }
+
+    /// Whether `key`, which `links` base-level links lead to, is a stray.
+    fn is_stray(&self, index: &Index, key: u64, links: u32) -> bool {
+        if links <= FEW_LINKS_IN {
+            return true;
+        }
+        let typical = f32::from_bits(self.typical_nearest.load(Ordering::Relaxed));
+        links <= SOME_LINKS_IN
+            && typical > 0.0
+            && self
+                .nearest_link(index, key)
+                .is_some_and(|d| d > ISOLATED * typical)
+    }
+
+    /// The distance from `key` to the nearest of its base-level neighbours.
+    fn nearest_link(&self, index: &Index, key: u64) -> Option<f32> {
+        let mut own = vec![0.0f32; self.dim];
+        let mut other = vec![0.0f32; self.dim];
+        index.get(key, &mut own).ok().filter(|&n| n == 1)?;
+        let mut links = vec![0u64; 4 * CONNECTIVITY];
+        let n = index.neighbors(key, 0).drain_into(&mut links);
+        links[..n]
+            .iter()
+            .filter_map(|&k| match index.get(k, &mut other) {
+                Ok(1) => Some(self.metric.distance(&own, &other)),
+                _ => None,
+            })
+            .min_by(f32::total_cmp)
     }
 
     fn strays_mut(&self) -> RwLockWriteGuard<'_, Vec<u64>> {

@@ -18,6 +18,9 @@ use crate::error::Result;
 #[cfg(test)]
 use crate::pipeline::Metric;
 
+/// `nearest_people`'s breadth for an exact scan.
+pub const EXACT: usize = usize::MAX;
+
 /// A person near a query: the name and the full distance of its nearest
 /// entry.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,9 +175,8 @@ impl Live {
     }
 
     /// Up to `top_k` people nearest to `query`, nearest first, one entry per
-    /// person (its nearest embedding).
-    /// The `top_k` people nearest to `query`, nearest first; the graph is
-    /// searched at least `breadth` hits wide.
+    /// person (its nearest embedding). The graph is searched at least
+    /// `breadth` hits wide; `breadth` EXACT scans every vector instead.
     pub fn nearest_people(
         &self,
         query: &[f32],
@@ -184,9 +186,17 @@ impl Live {
         let total = self.index.len();
         // Several embeddings of one person can fill the first hits: ask for
         // more until `top_k` people are found or the index has no more.
-        let mut count = (top_k * 4).max(16).max(breadth);
+        let exact = breadth == EXACT;
+        let mut count = (top_k * 4).max(16);
+        if !exact {
+            count = count.max(breadth);
+        }
         loop {
-            let hits = self.index.nearest(query, count.min(total))?;
+            let hits = if exact {
+                self.index.nearest_exact(query, count.min(total))?
+            } else {
+                self.index.nearest(query, count.min(total))?
+            };
             let people = self.people_in(&hits, top_k);
             if people.len() == top_k || hits.len() < count || count >= total {
                 return Ok(people);
