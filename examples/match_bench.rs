@@ -3,7 +3,8 @@
 //! a time on one thread. Prints one JSON row per setting (the same fields as
 //! `benches/matching/faiss_bench.py`, so `make bench` joins them):
 //! build and save/load time, memory, p50/p99 per query, recall@1 against
-//! exact search and how often the planted row was found.
+//! exact search and how often the planted row was found, and the strays
+//! found at load as the gallery finds them (scanned at every graph search).
 //!
 //! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
 //! [--exact-too] [--index FILE]`: with `--index FILE` a saved index is loaded
@@ -185,6 +186,11 @@ fn main() {
         load_s = t.elapsed().as_secs_f64();
         assert_eq!(again.len(), index.len());
     }
+    // As the gallery does at load: the strays are scanned at every search.
+    let t = Instant::now();
+    let keys: Vec<u64> = (0..d.n as u64).collect();
+    let strays = index.find_strays(&keys);
+    let strays_s = t.elapsed().as_secs_f64();
     let row = |name: &str, param: String, m: Measured| {
         println!(
             "{}",
@@ -193,7 +199,7 @@ fn main() {
                 "kind": d.kind, "p50_ms": m.p50_ms, "p99_ms": m.p99_ms,
                 "recall_at_1": m.recall_at_1, "planted_found": m.planted_found,
                 "person_found": m.person_found, "build_s": build_s, "save_s": save_s, "load_s": load_s,
-                "mem_mib": mem, "index_mib": index_mib,
+                "mem_mib": mem, "index_mib": index_mib, "strays": strays, "strays_s": strays_s,
             })
         );
     };
