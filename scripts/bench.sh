@@ -120,6 +120,7 @@ LOAD_ENGINE=-
 if [ -z "$LIBRARY" ]; then
     log "cargo build --release --lib --examples"
     cargo build --release --lib --examples
+    bash scripts/split_debug.sh target/release/libtriton_face.so
     LIBRARY=target/release/libtriton_face.so
 
     # In-process first: it builds from the same sources as the library just built.

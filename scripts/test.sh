@@ -10,6 +10,7 @@ source assets/env.sh
 
 echo "== cargo build --release (library and examples/: tools the tests run)"
 cargo build --release --lib --examples
+bash scripts/split_debug.sh target/release/libtriton_face.so
 echo "== unit tests (cargo test --release)"
 cargo test --release
 echo "== end-to-end tests (pytest, real tritonserver)"
