@@ -156,6 +156,13 @@ TRITONSERVER_Error* TRITONSERVER_MetricSet(
 TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor);
 TRITONSERVER_Error* TRITONBACKEND_BackendName(
     TRITONBACKEND_Backend* backend, const char** name);
+/* Triton owns the message: {"cmdline": {"backend-directory": ..., ...}}. */
+TRITONSERVER_Error* TRITONBACKEND_BackendConfig(
+    TRITONBACKEND_Backend* backend, TRITONSERVER_Message** backend_config);
+/* Where Triton found this backend's library. */
+TRITONSERVER_Error* TRITONBACKEND_BackendArtifacts(
+    TRITONBACKEND_Backend* backend, TRITONBACKEND_ArtifactType* artifact_type,
+    const char** location);
 
 /* Model */
 TRITONSERVER_Error* TRITONBACKEND_ModelName(

@@ -20,19 +20,53 @@ pub mod parameters;
 pub mod spread;
 pub mod tensors;
 
+use std::path::PathBuf;
+
+use crate::engine::onnx::onnxruntime::{self, Place};
 use crate::error::Result;
 use crate::triton::handles::check_backend_api_version;
 use crate::triton::{log, BackendHandle};
 
 /// TRITONBACKEND_Initialize: refuse servers without the C API this backend
 /// calls (the error names the missing symbol) or with an incompatible
-/// backend API version.
+/// backend API version; tell the ONNX engine where onnxruntime may be.
 pub fn initialize(backend: &BackendHandle) -> Result<()> {
     let (major, minor) = check_backend_api_version()?;
     let name = backend.name()?;
+    onnxruntime::look_also_in(onnxruntime_places(backend));
     log::info(&format!(
         "backend '{name}' {} initialized (server backend API {major}.{minor})",
         env!("CARGO_PKG_VERSION")
     ));
     Ok(())
+}
+
+/// Beside this library, then in Triton's own onnxruntime backend
+/// (`<backend-directory>/onnxruntime/`, in every NGC image). A place Triton
+/// cannot tell is left out, logged.
+fn onnxruntime_places(backend: &BackendHandle) -> Vec<Place> {
+    let mut places = Vec::new();
+    match backend.directory() {
+        Ok(folder) => places.push(Place {
+            folder,
+            what: "beside libtriton_face.so".into(),
+        }),
+        Err(e) => log::warn(&format!("the backend's own folder is unknown: {e}")),
+    }
+    let config = backend.config_json();
+    let backends = config.as_ref().ok().and_then(|c| {
+        c.pointer("/cmdline/backend-directory")
+            .and_then(|v| v.as_str())
+            .map(PathBuf::from)
+    });
+    match backends {
+        Some(dir) => places.push(Place {
+            folder: dir.join("onnxruntime"),
+            what: "Triton's onnxruntime backend".into(),
+        }),
+        None => log::warn(&format!(
+            "the server's backend directory is unknown (backend configuration: {config:?})"
+        )),
+    }
+    places
 }

@@ -41,6 +41,45 @@ impl BackendHandle {
         call!(api.TRITONBACKEND_BackendName(self.0, &mut name))?;
         Ok(owned_str(name))
     }
+
+    /// The folder Triton loaded this library from.
+    pub fn directory(&self) -> Result<PathBuf> {
+        let api = api()?;
+        let mut kind = sys::TRITONBACKEND_ARTIFACT_FILESYSTEM;
+        let mut location = ptr::null();
+        call!(api.TRITONBACKEND_BackendArtifacts(self.0, &mut kind, &mut location))?;
+        filesystem(kind, location)
+    }
+
+    /// The backend configuration: `{"cmdline": {"backend-directory": ...}}`.
+    pub fn config_json(&self) -> Result<serde_json::Value> {
+        let api = api()?;
+        let mut message = ptr::null_mut();
+        call!(api.TRITONBACKEND_BackendConfig(self.0, &mut message))?;
+        // Triton owns this message: read, not deleted.
+        let serialized = serialize(message);
+        serde_json::from_slice(&serialized?)
+            .map_err(|e| Error::internal(format!("backend configuration is not JSON: {e}")))
+    }
+}
+
+/// A message's JSON text, copied out.
+fn serialize(message: *mut sys::TRITONSERVER_Message) -> Result<Vec<u8>> {
+    let api = api()?;
+    let (mut base, mut size) = (ptr::null(), 0usize);
+    call!(api.TRITONSERVER_MessageSerializeToJson(message, &mut base, &mut size))?;
+    // SAFETY: the server says `base` holds `size` bytes until the message is deleted.
+    Ok(unsafe { std::slice::from_raw_parts(base as *const u8, size) }.to_vec())
+}
+
+/// An artifact location, which must be a local folder.
+fn filesystem(kind: sys::TRITONBACKEND_ArtifactType, location: *const c_char) -> Result<PathBuf> {
+    if kind != sys::TRITONBACKEND_ARTIFACT_FILESYSTEM {
+        return Err(Error::unsupported(
+            "model artifacts must be on a local filesystem",
+        ));
+    }
+    Ok(PathBuf::from(owned_str(location)))
 }
 
 /// The server's TRITONBACKEND API version must be compatible with the one this
@@ -98,12 +137,7 @@ impl ModelHandle {
         let mut kind = sys::TRITONBACKEND_ARTIFACT_FILESYSTEM;
         let mut location = ptr::null();
         call!(api.TRITONBACKEND_ModelRepository(self.0, &mut kind, &mut location))?;
-        if kind != sys::TRITONBACKEND_ARTIFACT_FILESYSTEM {
-            return Err(Error::unsupported(
-                "model artifacts must be on a local filesystem",
-            ));
-        }
-        Ok(PathBuf::from(owned_str(location)))
+        filesystem(kind, location)
     }
 
     /// The model configuration as JSON (config version 1).
@@ -111,14 +145,8 @@ impl ModelHandle {
         let api = api()?;
         let mut message = ptr::null_mut();
         call!(api.TRITONBACKEND_ModelConfig(self.0, 1, &mut message))?;
-        let (mut base, mut size) = (ptr::null(), 0usize);
-        let serialized = call!(
-            api.TRITONSERVER_MessageSerializeToJson(message, &mut base, &mut size)
-        )
-        .map(|()| {
-            // SAFETY: the server says `base` holds `size` bytes until the message is deleted.
-            unsafe { std::slice::from_raw_parts(base as *const u8, size) }.to_vec()
-        });
+        // Ours to delete, read or not.
+        let serialized = serialize(message);
         call!(api.TRITONSERVER_MessageDelete(message))?;
         serde_json::from_slice(&serialized?)
             .map_err(|e| Error::internal(format!("model configuration is not JSON: {e}")))

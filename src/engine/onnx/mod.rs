@@ -384,9 +384,12 @@ impl Engine for OnnxEngine {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         };
+        let runtime = match (self.settings.runtime, onnxruntime::loaded()) {
+            (Runtime::OnnxRuntime, Some(library)) => format!("onnxruntime {library}"),
+            (runtime, _) => runtime.name().to_string(),
+        };
         format!(
-            "onnx ({}; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d, {})",
-            self.settings.runtime.name(),
+            "onnx ({runtime}; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d, {})",
             name(&self.settings.detector_model),
             self.detector.shape[3],
             self.detector.shape[2],

@@ -2,8 +2,11 @@
 //! the library loaded at run time (nothing is downloaded at build or run
 //! time). The library is found once per process: the model's
 //! `onnxruntime_library`, else `ORT_DYLIB_PATH` (scripts/setup.sh sets it to
-//! the PyPI wheel's copy), else an error that says both ways out.
+//! the PyPI wheel's copy), else beside libtriton_face.so, else in Triton's
+//! own onnxruntime backend folder (every NGC image has one), else an error
+//! that lists every place tried.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -18,19 +21,103 @@ use crate::error::{Error, Result};
 /// The oldest onnxruntime this build accepts (`ort`'s `api-17` feature).
 pub const MIN_VERSION: &str = "1.17";
 
+/// A folder where the library may be, and what that folder is.
+#[derive(Clone, Debug)]
+pub struct Place {
+    pub folder: PathBuf,
+    pub what: String,
+}
+
+/// The folders searched when neither the model nor ORT_DYLIB_PATH names a
+/// library: set once, by the backend as Triton loads it.
+static PLACES: OnceLock<Vec<Place>> = OnceLock::new();
+
+/// Search `places`, in order, after the model parameter and ORT_DYLIB_PATH.
+pub fn look_also_in(places: Vec<Place>) {
+    let _ = PLACES.set(places);
+}
+
 /// Where the library comes from, in order of precedence.
 pub fn library_path(configured: Option<&Path>) -> Result<PathBuf> {
     if let Some(path) = configured {
         return Ok(path.to_path_buf());
     }
-    match std::env::var_os("ORT_DYLIB_PATH") {
-        Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
-        _ => Err(Error::unavailable(format!(
-            "runtime onnxruntime: no library given: set the model parameter \
-             `onnxruntime_library` or the environment variable ORT_DYLIB_PATH to a \
-             libonnxruntime.so of version {MIN_VERSION} or newer (scripts/setup.sh installs \
-             one from the PyPI wheel `onnxruntime`), or use `runtime: tract`"
-        ))),
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let places = PLACES.get().map_or(&[][..], Vec::as_slice);
+    if let Some(found) = places.iter().find_map(|p| library_in(&p.folder)) {
+        return Ok(found);
+    }
+    let tried: Vec<String> = places
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({})",
+                p.folder.join("libonnxruntime.so*").display(),
+                p.what
+            )
+        })
+        .collect();
+    Err(Error::unavailable(format!(
+        "runtime onnxruntime: no library found; tried the model parameter \
+         `onnxruntime_library` (not set), the environment variable ORT_DYLIB_PATH (not set){}{}: \
+         put a libonnxruntime.so of version {MIN_VERSION} or newer in one of those places \
+         (scripts/setup.sh installs one from the PyPI wheel `onnxruntime`), or use \
+         `runtime: tract`",
+        if tried.is_empty() { "" } else { ", " },
+        tried.join(", ")
+    )))
+}
+
+/// `libonnxruntime.so` in `folder`, else its newest `libonnxruntime.so.*`
+/// (the PyPI wheel ships only a versioned name).
+fn library_in(folder: &Path) -> Option<PathBuf> {
+    let plain = folder.join("libonnxruntime.so");
+    if plain.is_file() {
+        return Some(plain);
+    }
+    let mut versioned: Vec<PathBuf> = std::fs::read_dir(folder)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(OsStr::to_str)
+                .is_some_and(|n| n.starts_with("libonnxruntime.so."))
+                && p.is_file()
+        })
+        .collect();
+    versioned.sort();
+    versioned.pop()
+}
+
+/// The library loaded and its build (version, commit), once loaded.
+static LOADED: OnceLock<String> = OnceLock::new();
+
+/// Which onnxruntime serves this process, for the load log.
+pub fn loaded() -> Option<&'static str> {
+    LOADED.get().map(String::as_str)
+}
+
+/// The version the library says it is (`OrtGetApiBase()->GetVersionString`).
+fn version_of(library: &Path) -> Option<String> {
+    // SAFETY: the library is already loaded (ort::init_from checked it has
+    // OrtGetApiBase); opening it again only takes another reference, and the
+    // symbol's signature is onnxruntime's C API.
+    unsafe {
+        let lib = libloading::Library::new(library).ok()?;
+        let base: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
+            lib.get(b"OrtGetApiBase").ok()?;
+        let base = base();
+        if base.is_null() {
+            return None;
+        }
+        let text = ((*base).GetVersionString)();
+        (!text.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(text)
+                .to_string_lossy()
+                .into_owned()
+        })
     }
 }
 
@@ -41,10 +128,13 @@ fn environment(library: &Path) -> Result<&'static ort::environment::Environment>
         OnceLock::new();
     ENV.get_or_init(|| {
         let builder = ort::init_from(library).map_err(|e| e.to_string())?;
-        builder
+        let env = builder
             .with_name("triton-face")
             .build()
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        let version = version_of(library).unwrap_or_else(|| "version unknown".into());
+        let _ = LOADED.set(format!("{version} from {}", library.display()));
+        Ok(env)
     })
     .as_ref()
     .map_err(|why| {
