@@ -535,7 +535,7 @@ mod tests {
     }
 
     fn run_ort(model: &ModelProto, x: &[f32]) -> Vec<f32> {
-        use super::super::net::Blob;
+        use super::super::blob::Blob;
         use super::super::onnxruntime::{library_path, OrtNet};
         use prost::Message;
         let library = library_path(None).expect("ORT_DYLIB_PATH (run through scripts/test.sh)");

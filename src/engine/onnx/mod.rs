@@ -8,6 +8,7 @@
 //! It gives no landmarks, so a 68-point `landmark_model` (grey 64x64 crop of
 //! the box, /256, output 136 values relative to the box) provides them.
 
+mod blob;
 mod hygiene;
 mod net;
 pub mod onnxruntime;
@@ -15,6 +16,7 @@ mod ops;
 mod settings;
 #[cfg(test)]
 mod test_models;
+mod tract;
 mod tract_ops;
 
 use std::path::Path;
@@ -29,7 +31,8 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
 use crate::pipeline::{BoxPx, Face, Frame, Metric};
-use net::{load_net, model_file, Blob, Net, RuntimeChoice};
+use blob::Blob;
+use net::{load_net, model_file, Net, RuntimeChoice};
 use ops::{frame_mat, l2_normalize, nms, resize, to_input, FrameImage};
 
 pub use hygiene::Hygiene;

@@ -1,23 +1,23 @@
-//! One ONNX model loaded into its runtime (tract or onnxruntime), and run.
+//! One ONNX model read and cleaned (tract parses it for both runtimes),
+//! loaded into its runtime (tract.rs or onnxruntime.rs), and run.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use tract_onnx::prelude::*;
 
 use prost::Message;
 
+use super::blob::Blob;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
 use super::settings::{OnnxSettings, Runtime};
+use super::tract::TractNet;
 use super::tract_ops::{self, OwnKernels};
 use crate::error::{Error, Result};
 
-type Plan = Arc<TypedRunnableModel>;
-
 /// A loaded model in the runtime that runs it.
 pub(super) enum Runner {
-    Tract(Plan),
+    Tract(TractNet),
     Ort(OrtNet),
 }
 
@@ -85,9 +85,9 @@ pub(super) fn load_net(
     let mut own_kernels = None;
     let runner = match runtime {
         RuntimeChoice::Tract => {
-            let (optimized, kernels) = tract_ops::optimize(typed).map_err(fail)?;
+            let (net, kernels) = TractNet::load(typed).map_err(fail)?;
             own_kernels = Some(kernels);
-            Runner::Tract(optimized.into_runnable().map_err(fail)?)
+            Runner::Tract(net)
         }
         // onnxruntime reads external data relative to the file, so such a
         // model is loaded from its path; every other one from the cleaned bytes.
@@ -172,61 +172,10 @@ impl RuntimeChoice {
     }
 }
 
-/// A float32 tensor as both runtimes take and give it: row-major values and
-/// their shape, in plain `Vec`s. Pixels are written straight into `data`
-/// and outputs read as slices: walking a dynamic-rank array view element by
-/// element cost 0.9 ms per detector input, a quarter of the detector's run.
-pub(super) struct Blob {
-    pub(super) shape: Vec<usize>,
-    pub(super) data: Vec<f32>,
-}
-
-impl Blob {
-    pub(super) fn zeros(shape: &[usize]) -> Self {
-        Blob {
-            shape: shape.to_vec(),
-            data: vec![0.0; shape.iter().product()],
-        }
-    }
-
-    /// Output `index` of a run, as a slice.
-    pub(super) fn output(outputs: &[Blob], index: usize) -> Result<&[f32]> {
-        outputs
-            .get(index)
-            .map(|b| b.data.as_slice())
-            .ok_or_else(|| Error::internal(format!("model has no output {index}")))
-    }
-
-    fn into_tract(self) -> Result<Tensor> {
-        Tensor::from_shape(&self.shape, &self.data)
-            .map_err(|e| Error::internal(format!("input tensor: {e}")))
-    }
-
-    fn from_tract(value: &TValue, index: usize) -> Result<Self> {
-        let view = value
-            .to_plain_array_view::<f32>()
-            .map_err(|e| Error::internal(format!("output {index} is not f32: {e}")))?;
-        Ok(Blob {
-            shape: view.shape().to_vec(),
-            data: match view.as_slice() {
-                Some(values) => values.to_vec(),
-                None => view.iter().copied().collect(),
-            },
-        })
-    }
-}
-
 impl Net {
     pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
         match &self.runner {
-            Runner::Tract(plan) => {
-                let outputs = plan
-                    .run(tvec!(input.into_tract()?.into_tvalue()))
-                    .map_err(|e| Error::internal(format!("ONNX inference failed: {e:#}")))?;
-                (outputs.iter().enumerate())
-                    .map(|(i, v)| Blob::from_tract(v, i))
-                    .collect()
-            }
+            Runner::Tract(net) => net.run(input),
             Runner::Ort(net) => net.run(input),
         }
     }

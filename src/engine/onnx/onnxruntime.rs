@@ -15,7 +15,7 @@ use ort::session::builder::SessionBuilder;
 use ort::session::Session;
 use ort::value::Tensor as OrtTensor;
 
-use super::net::Blob;
+use super::blob::Blob;
 use crate::error::{Error, Result};
 
 /// The oldest onnxruntime this build accepts (`ort`'s `api-17` feature).

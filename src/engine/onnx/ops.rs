@@ -6,7 +6,7 @@ use opencv::core::{Mat, Size, ToInputArray, Vec3b};
 use opencv::imgproc;
 use opencv::prelude::*;
 
-use super::net::Blob;
+use super::blob::Blob;
 use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Frame};

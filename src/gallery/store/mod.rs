@@ -12,9 +12,7 @@
 //! after C in one snapshot.
 
 pub mod identity;
-pub mod legacy;
 pub mod postgres;
-pub mod schema;
 pub mod sqlite;
 
 use std::collections::{HashMap, HashSet};

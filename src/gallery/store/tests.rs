@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::legacy::LEGACY_FILE;
+use super::sqlite::legacy::LEGACY_FILE;
 use super::sqlite::{SqliteStore, DB_FILE};
 use super::*;
 use crate::error::ErrorKind;

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Deserialize;
 
+use super::rows::{embedder_id, insert};
 use super::schema::sql_error;
-use super::sqlite::{embedder_id, insert};
-use super::{now_ms, to_blob, Identity, Migrated};
 use crate::error::{Error, Result};
+use crate::gallery::store::{now_ms, to_blob, Identity, Migrated};
 
 pub const LEGACY_FILE: &str = "enrolled.json";
 const LEGACY_VERSION: u32 = 1;

@@ -10,12 +10,17 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use super::schema::{migrate, sql_error};
+pub mod legacy;
+mod rows;
+pub mod schema;
+
 use super::{
-    from_blob, legacy, now_ms, photo_from_row, photo_to_row, to_blob, Contents, Forgot, Identity,
-    Listed, Loaded, Migrated, Photos, Row, Stamp, Store, Stored,
+    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Contents, Forgot, Identity, Listed,
+    Loaded, Migrated, Photos, Row, Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
+use rows::{embedder_id, insert};
+use schema::{migrate, sql_error};
 
 pub const DB_FILE: &str = "gallery.sqlite3";
 /// Another process writing the same file (a second server on the folder)
@@ -75,37 +80,6 @@ fn connect(path: &Path) -> Result<Connection> {
     conn.pragma_update(None, "foreign_keys", true)
         .map_err(sql_error)?;
     Ok(conn)
-}
-
-/// The id of `identity` in `embedders`, added if new.
-pub(super) fn embedder_id(conn: &Connection, identity: &Identity) -> Result<i64> {
-    let key = params![
-        identity.engine,
-        identity.metric,
-        identity.dim as i64,
-        identity.model_hash
-    ];
-    conn.execute(
-        "INSERT OR IGNORE INTO embedders (engine, metric, dim, model_hash) VALUES (?1, ?2, ?3, ?4)",
-        key,
-    )
-    .map_err(sql_error)?;
-    conn.query_row(
-        "SELECT id FROM embedders WHERE engine = ?1 AND metric = ?2 AND dim = ?3 AND model_hash = ?4",
-        key,
-        |row| row.get(0),
-    )
-    .map_err(sql_error)
-}
-
-/// Insert one enrollment (inside the caller's transaction); its id.
-pub(super) fn insert(conn: &Connection, embedder: i64, name: &str, blob: &[u8]) -> Result<i64> {
-    conn.execute(
-        "INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![embedder, name, blob, now_ms()],
-    )
-    .map_err(sql_error)?;
-    Ok(conn.last_insert_rowid())
 }
 
 impl SqliteStore {
