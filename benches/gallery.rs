@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use triton_face::gallery::store::{self, Identity};
-use triton_face::gallery::Gallery;
+use triton_face::gallery::{Gallery, Named};
 use triton_face::pipeline::Metric;
 
 const DIM: usize = 128;
@@ -50,7 +50,10 @@ fn gallery(dir: &Path, size: usize) -> Gallery {
         .expect("open the gallery");
     for start in (0..size).step_by(1000) {
         let batch = (start..(start + 1000).min(size))
-            .map(|i| (format!("person {i}"), embedding(i as u64)))
+            .map(|i| Named {
+                name: format!("person {i}"),
+                embedding: embedding(i as u64),
+            })
             .collect();
         for r in g.enroll_batch(vec![batch]) {
             r.expect("fill the gallery");

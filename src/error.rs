@@ -73,3 +73,12 @@ impl From<opencv::Error> for Error {
         Error::internal(format!("OpenCV: {}", e.message))
     }
 }
+
+/// The text a panic carried (`panic!` gives a `&str` or a `String`).
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("unknown panic payload")
+}

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result as cu, sys as cusys, CudaContext};
 
-use crate::error::{Error, Result};
+use crate::error::{panic_text, Error, Result};
 
 /// A CUDA compute capability such as 6.0 (Pascal) or 8.6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -117,12 +117,10 @@ fn guarded<T>(
     f: impl FnOnce() -> std::result::Result<T, String>,
 ) -> std::result::Result<T, String> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("panic");
-        Err(format!("CUDA driver call failed: {what}"))
+        Err(format!(
+            "CUDA driver call failed: {}",
+            panic_text(payload.as_ref())
+        ))
     })
 }
 

@@ -5,8 +5,7 @@
 use std::time::Instant;
 
 use crate::backend::controls::Step;
-use crate::backend::enroll::Analyzed;
-use crate::backend::job::Job;
+use crate::backend::job::{Analyzed, Job};
 use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
 use crate::gallery::Enrolled;

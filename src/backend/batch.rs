@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use crate::backend::answer::{answer, Outcome};
-use crate::backend::enroll::{enroll_batch, Analyzed};
+use crate::backend::enroll::enroll_batch;
 use crate::backend::instance::InstanceState;
-use crate::backend::job::{read_job, Job};
+use crate::backend::job::{read_job, Analyzed, Job};
 use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
 use crate::backend::spread::analyze_spread;

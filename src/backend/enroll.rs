@@ -3,19 +3,9 @@
 //! batch's enrollments go to the gallery in one store write, acknowledged
 //! only once written.
 
-use crate::backend::job::{Job, ENROLL};
+use crate::backend::job::{Analyzed, ENROLL};
 use crate::error::{Error, Result};
-use crate::gallery::{Enrolled, Gallery};
-use crate::pipeline::Face;
-
-/// A name and the embedding to enroll under it.
-type Named = (String, Vec<f32>);
-
-/// A request after the engine: its job and the faces of each of its frames.
-pub struct Analyzed {
-    pub job: Job,
-    pub faces: Vec<Vec<Face>>,
-}
+use crate::gallery::{Enrolled, Gallery, Named};
 
 /// Enroll every enrolling request of the batch. A request whose enrollment
 /// fails becomes that error; the others get their `Enrolled` records (one
@@ -61,7 +51,10 @@ fn enrollment(analyzed: &Analyzed) -> Result<Option<Vec<Named>>> {
                 faces.len()
             )));
         }
-        pairs.push((name.clone(), faces[0].embedding.clone()));
+        pairs.push(Named {
+            name: name.clone(),
+            embedding: faces[0].embedding.clone(),
+        });
     }
     Ok(Some(pairs))
 }

@@ -9,7 +9,7 @@ use crate::backend::controls::{read_step, Step};
 use crate::backend::tensors::{read_encoded, read_pixels, read_strings, ENCODED, IMAGE};
 use crate::error::{Error, Result};
 use crate::gallery::MAX_TOP_K;
-use crate::pipeline::Frame;
+use crate::pipeline::{Face, Frame};
 use crate::triton::request::ParameterValue;
 use crate::triton::{sys, Input, Request};
 
@@ -24,6 +24,12 @@ pub enum Manage {
     /// Forget these names (one document each).
     Forget(Vec<String>),
     List,
+}
+
+/// A request after the engine: its job and the faces of each of its frames.
+pub struct Analyzed {
+    pub job: Job,
+    pub faces: Vec<Vec<Face>>,
 }
 
 pub struct Job {

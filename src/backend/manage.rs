@@ -2,8 +2,7 @@
 //! image. They run after the batch's enrollments; each answers with its own
 //! documents, FORGET only once its change is durable.
 
-use crate::backend::enroll::Analyzed;
-use crate::backend::job::Manage;
+use crate::backend::job::{Analyzed, Manage};
 use crate::error::Result;
 use crate::gallery::Gallery;
 use crate::result::ImageDoc;

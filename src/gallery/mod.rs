@@ -37,6 +37,7 @@ pub use live::Candidate;
 use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use saved::Saved;
+pub use store::Named;
 use store::{Migrated, Row, Store, Stored};
 
 /// A re-enrollment this close to an existing embedding of the same name is
@@ -47,7 +48,7 @@ const DUPLICATE_DISTANCE: f32 = 0.01;
 pub const MAX_TOP_K: usize = 100;
 
 /// How many hits wide the graph is searched again before a face is called
-/// unknown (README, "Matching a large gallery").
+/// unknown (docs/gallery.md, "Matching a large gallery").
 const WIDER_SEARCH: usize = 512;
 /// Up to this many vectors, that wider look is an exact scan instead.
 const EXACT_RETRY_UP_TO: usize = 200_000;
@@ -133,7 +134,7 @@ const SAVE_AT_OPEN: usize = 10_000;
 const NEVER: u64 = u64::MAX;
 
 /// One request's faces to enroll.
-pub type Faces = Vec<(String, Vec<f32>)>;
+pub type Faces = Vec<Named>;
 
 pub struct Gallery {
     dir: PathBuf,
@@ -325,7 +326,11 @@ impl Gallery {
 
     /// Enroll `embedding` under `name`, durably. On failure nothing changes.
     pub fn enroll(&self, name: &str, embedding: Vec<f32>) -> Result<Enrolled> {
-        let mut out = self.enroll_batch(vec![vec![(name.to_string(), embedding)]]);
+        let named = Named {
+            name: name.to_string(),
+            embedding,
+        };
+        let mut out = self.enroll_batch(vec![vec![named]]);
         out.pop()
             .expect("one result per request")
             .map(|mut e| e.remove(0))
@@ -364,7 +369,7 @@ impl Gallery {
         let added = pending
             .into_iter()
             .zip(stamps)
-            .map(|((name, embedding), stamp)| Stored {
+            .map(|(Named { name, embedding }, stamp)| Stored {
                 stamp,
                 name,
                 embedding,
@@ -388,7 +393,7 @@ impl Gallery {
     fn stage(&self, e: &Entries, pending: &mut Faces, faces: Faces) -> Result<Vec<Enrolled>> {
         let before = pending.len();
         let mut done = Vec::with_capacity(faces.len());
-        for (name, embedding) in faces {
+        for Named { name, embedding } in faces {
             match self.stage_one(e, pending, name, embedding) {
                 Ok(enrolled) => done.push(enrolled),
                 Err(err) => {
@@ -418,7 +423,7 @@ impl Gallery {
             .iter()
             .filter_map(|&key| self.live.index.vector(key))
             .any(|v| close(&name, &v))
-            || pending.iter().any(|(n, v)| close(n, v));
+            || pending.iter().any(|p| close(&p.name, &p.embedding));
         if duplicate {
             return Ok(Enrolled {
                 name,
@@ -433,7 +438,10 @@ impl Gallery {
                 self.max_size
             )));
         }
-        pending.push((name.clone(), embedding));
+        pending.push(Named {
+            name: name.clone(),
+            embedding,
+        });
         Ok(Enrolled {
             name,
             added: true,

@@ -15,8 +15,11 @@ fn names(n: &[&str]) -> Vec<String> {
     n.iter().map(|s| s.to_string()).collect()
 }
 
-fn one(name: &str, x: f32) -> (String, Vec<f32>) {
-    (name.to_string(), vec![x, x])
+fn one(name: &str, x: f32) -> super::Named {
+    super::Named {
+        name: name.to_string(),
+        embedding: vec![x, x],
+    }
 }
 
 #[test]

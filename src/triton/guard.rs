@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use super::{error::to_raw, log, sys};
-use crate::error::{Error, Result};
+use crate::error::{panic_text, Error, Result};
 
 /// Run `body` for the entry point `entry`; map `Err` to its Triton code and a
 /// panic to INTERNAL. Both are also logged, so the server log names the entry.
@@ -34,12 +34,7 @@ pub fn catch<T>(body: impl FnOnce() -> Result<T>) -> Result<T> {
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".into());
-    format!("internal error (panic): {text}")
+    format!("internal error (panic): {}", panic_text(payload))
 }
 
 #[cfg(test)]

@@ -118,6 +118,13 @@ pub struct Row {
     pub name: String,
 }
 
+/// A name and an embedding to enroll under it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Named {
+    pub name: String,
+    pub embedding: Vec<f32>,
+}
+
 /// What a gallery-folder photo gave the embedder: its one face, or how many
 /// it has when that is not one (the photo is skipped).
 #[derive(Clone, Debug, PartialEq)]
@@ -173,7 +180,7 @@ pub trait Store: Send {
     }
     /// Add `entries` (name, embedding) all together or not at all; their
     /// stamps, in order.
-    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>>;
+    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>>;
     /// Remove every entry of each name (of every embedder: a forgotten
     /// person is forgotten by all models sharing the gallery) and log each
     /// removal, all in one transaction; how many went, per name (0 logs

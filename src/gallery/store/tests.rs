@@ -20,8 +20,11 @@ fn names(store: &mut SqliteStore) -> Vec<String> {
         .collect()
 }
 
-fn pair(name: &str, x: f32) -> (String, Vec<f32>) {
-    (name.to_string(), vec![x, x])
+fn pair(name: &str, x: f32) -> super::Named {
+    super::Named {
+        name: name.to_string(),
+        embedding: vec![x, x],
+    }
 }
 
 /// enrolled.json exactly as the old store wrote it.
@@ -89,7 +92,10 @@ fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
 fn an_add_is_all_or_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let mut store = open_as(tmp.path(), "dlib");
-    let bad = ("b".to_string(), vec![1.0, 2.0, 3.0]);
+    let bad = super::Named {
+        name: "b".into(),
+        embedding: vec![1.0, 2.0, 3.0],
+    };
     assert!(store.add(&[pair("a", 0.0), bad]).is_err());
     assert!(names(&mut store).is_empty());
     assert!(names(&mut open_as(tmp.path(), "dlib")).is_empty());

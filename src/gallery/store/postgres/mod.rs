@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use ::postgres::{Client, Transaction};
 
-use super::{to_blob, Follower, Forgot, Identity, Listed, Loaded, Photos, Stamp, Store, Stored};
+use super::{
+    to_blob, Follower, Forgot, Identity, Listed, Loaded, Named, Photos, Stamp, Store, Stored,
+};
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
 use target::{why, Target};
@@ -289,9 +291,11 @@ impl Store for PostgresStore {
         self.read(|tx, scope| read::by_ids(tx, scope, ids))
     }
 
-    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {
+    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>> {
         let scope = self.scope;
-        if let Some((name, e)) = entries.iter().find(|(_, e)| e.len() != scope.dim) {
+        if let Some(Named { name, embedding: e }) =
+            entries.iter().find(|n| n.embedding.len() != scope.dim)
+        {
             return Err(Error::internal(format!(
                 "enrolling {name:?}: {} values, the store holds {}",
                 e.len(),
@@ -300,7 +304,7 @@ impl Store for PostgresStore {
         }
         self.change(&|tx, change| {
             let mut stamps = Vec::with_capacity(entries.len());
-            for (name, embedding) in entries {
+            for Named { name, embedding } in entries {
                 let id: i64 = tx
                     .query_one(
                         "INSERT INTO triton_face.enrollments \

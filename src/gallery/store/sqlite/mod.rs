@@ -16,7 +16,7 @@ pub mod schema;
 
 use super::{
     from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Contents, Forgot, Identity, Listed,
-    Loaded, Migrated, Photos, Row, Stamp, Store, Stored,
+    Loaded, Migrated, Named, Photos, Row, Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
 use rows::{embedder_id, insert};
@@ -196,13 +196,13 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn add(&mut self, entries: &[(String, Vec<f32>)]) -> Result<Vec<Stamp>> {
+    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
         let mut ids = Vec::with_capacity(entries.len());
-        for (name, embedding) in entries {
+        for Named { name, embedding } in entries {
             if embedding.len() != self.identity.dim {
                 // Dropping `tx` rolls back what this call inserted before.
                 return Err(Error::internal(format!(
