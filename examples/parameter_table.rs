@@ -1,13 +1,13 @@
-//! Regenerates README.md's model-parameter tables from the one declaration of
+//! Regenerates docs/parameters.md's model-parameter tables from the one declaration of
 //! the parameters (`src/backend/parameters.rs`): `cargo run --release
-//! --example parameter_table`. A unit test fails while README differs.
+//! --example parameter_table`. A unit test fails while the file differs.
 
 use std::path::Path;
 
 use triton_face::backend::parameters::readme_with_tables;
 
 fn main() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/parameters.md");
     let fail = |e: String| -> ! {
         eprintln!("{}: {e}", path.display());
         std::process::exit(1)

@@ -4,7 +4,7 @@
 //! Where a request goes: `lib.rs` (the C entry points, nothing else) →
 //! `triton/` (safe wrappers, the guard) → `backend/` (model, instance,
 //! execute) → `pipeline/` + `engine/` (frames, detection, embeddings) →
-//! `gallery.rs` (names) → `result.rs` (JSON).
+//! `gallery/` (names) → `result.rs` (JSON).
 //!
 //! Each entry point is made by `export!` (src/triton/export.rs): an
 //! `unsafe extern "C" fn` whose body always runs inside the guard, with the

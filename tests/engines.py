@@ -26,7 +26,7 @@ class Engine:
     # The model's same-person threshold (the engine default; both sample configs set it).
     match_threshold: float
     # Distances measured on the sample photos (obama, obama2, obama3, biden): between two
-    # photos of one person, and the least between two people (README, "ONNX engine").
+    # photos of one person, and the least between two people (docs/engines.md, "ONNX engine").
     same_person: tuple[float, float]
     different_people: float
     # The detector's confidence in `score`: None where the engine's detector reports none

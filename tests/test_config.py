@@ -41,7 +41,7 @@ def test_rgb_pixels_to_bgr_model_still_find_the_face(bgr, photos):
 
 
 SAMPLES = ("obama.jpg", "obama2.jpg", "obama3.jpg", "biden.jpg")
-# The documented distances (tests/engines.py, README) are given to two decimals.
+# The documented distances (tests/engines.py, docs/engines.md) are given to two decimals.
 ROUNDING = 0.005
 
 

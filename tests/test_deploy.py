@@ -7,10 +7,11 @@
 - kustomization.yaml lists every file of the folder, and only existing ones;
 - the wiring agrees: probes on Triton's health endpoints, FACE_GALLERY_DSN from the Secret, the
   models' gallery parameters, the router's upstreams and the headless Service, the header name
-  the README tells clients to set;
+  docs/gallery.md tells clients to set;
 - the router's nginx.conf passes `nginx -t` (Debian's nginx) once its cluster-only parts (DNS
   names, ports) are replaced by local ones, and the rendered router really keeps a sequence on
-  one replica over HTTP and gRPC (tritonclient, as the README shows it) against stand-in backends.
+  one replica over HTTP and gRPC (tritonclient, as docs/gallery.md shows it) against stand-in
+  backends.
 
 Everything it needs comes from scripts/setup.sh; a missing piece fails with how to get it.
 """
@@ -44,7 +45,8 @@ except ImportError as missing:  # reported by the `validator` fixture, as a fail
     IMPORT_ERROR = missing
 
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
-README = REPO_ROOT / "README.md"
+# The fleet section, "## Scale-out (fleet)", with the clients' header example.
+FLEET_DOC = REPO_ROOT / "docs" / "gallery.md"
 DSN_ENV = "FACE_GALLERY_DSN"
 # The oldest Kubernetes release the recipe is checked against; the newest bundled one too.
 OLDEST_K8S = "1.30"
@@ -275,14 +277,14 @@ def test_fleet_configs_follow_the_sample_models(model):
 
 
 def readme_header() -> str:
-    section = README.read_text().split("## Scale-out (fleet)", 1)
-    assert len(section) == 2, "README has no '## Scale-out (fleet)' section"
+    section = FLEET_DOC.read_text().split("## Scale-out (fleet)", 1)
+    assert len(section) == 2, "docs/gallery.md has no '## Scale-out (fleet)' section"
     headers = set(re.findall(r'headers=\{"([A-Za-z-]+)"', section[1].split("\n## ", 1)[0]))
     names = {h.lower() for h in headers}
     assert len(names) == 1, f"the fleet section should show one header in headers=: {headers}"
     name = names.pop()
     # gRPC metadata keys must be lowercase (grpc refuses 'Illegal header key' otherwise).
-    assert name in headers, f"the README's gRPC example should spell the header {name!r}"
+    assert name in headers, f"docs/gallery.md's gRPC example should spell the header {name!r}"
     return name
 
 
@@ -428,7 +430,7 @@ def test_router_keeps_each_sequence_on_one_replica(fleet):
         (grpcclient.InferenceServerClient(f"127.0.0.1:{router.ports[8001]}"), grpc_replicas),
     ]
     for client, replicas in clients:
-        # Three frames per sequence, interleaved, as the README shows the call.
+        # Three frames per sequence, interleaved, as docs/gallery.md shows the call.
         for frame in range(3):
             for seq_id in SEQUENCES:
                 client.infer("face_sequence", [], sequence_id=seq_id,

@@ -4,7 +4,7 @@ statically here and built and tested by .github/workflows/gpu.yml on a GPU runne
 - hadolint (from PyPI, installed by scripts/setup.sh) finds nothing;
 - every file the build context must provide (COPY without --from) exists in the repository and
   is not excluded by .dockerignore;
-- the stages the README and the workflow name exist, and the workflow builds and runs them.
+- the stages docs/gpu.md and the workflow name exist, and the workflow builds and runs them.
 """
 
 from __future__ import annotations
@@ -80,6 +80,6 @@ def test_workflow_builds_and_runs_the_image_on_a_gpu():
     assert "docker build -f Dockerfile.build --target test" in workflow
     assert re.search(r"docker run --rm --gpus all .*triton-face:test", workflow)
     assert "docker build -f Dockerfile.build -t triton-face" in workflow
-    readme = (REPO_ROOT / "README.md").read_text()
+    docs = (REPO_ROOT / "docs" / "gpu.md").read_text()
     for command in ("docker build -f Dockerfile.build", "docker run --rm --gpus all"):
-        assert command in readme, f"README should show `{command} ...`"
+        assert command in docs, f"docs/gpu.md should show `{command} ...`"

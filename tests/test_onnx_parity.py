@@ -3,8 +3,8 @@ model_repository/face_onnx run by both on the same real input, outputs within 1e
 
 tract runs through examples/onnx_run (`cargo build --release --examples`), which loads a model
 the way the engine does (cleaned, typed, optimized, planned: engine::onnx::run_model). The inputs come
-from real photos, pre-processed as the engine does (src/engine/onnx/, README "ONNX engine"),
-each stage fed by the previous stage's onnxruntime outputs:
+from real photos, pre-processed as the engine does (src/engine/onnx/, docs/engines.md
+"ONNX engine"), each stage fed by the previous stage's onnxruntime outputs:
 
 - detector: the photo resized to the model's 320x240, RGB, (x - 127) / 128, NCHW;
 - landmark model: the grey crop of the detector's best box, resized to 64x64, / 256;

@@ -1,6 +1,6 @@
 //! Every model parameter declared once: name, type, default, meaning and how
 //! its value is applied. Parsing (`config.rs`), the load-time log line and
-//! README's parameter tables all come from `PARAMETERS`.
+//! the parameter tables of docs/parameters.md all come from `PARAMETERS`.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -13,8 +13,8 @@ use crate::gallery::store::StoreKind;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
 
-/// What a value must look like; shown in README's type column and in the
-/// error for a bad value, so both always say the same.
+/// What a value must look like; shown in docs/parameters.md's type column and
+/// in the error for a bad value, so both always say the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// One of these words, in any case.
@@ -37,7 +37,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// `quote` wraps the words of a choice: "`" for README, "\"" for errors.
+    /// `quote` wraps the words of a choice: "`" for docs/parameters.md, "\"" for errors.
     pub fn describe(&self, quote: &str) -> String {
         match self {
             Kind::Choice(words) => {
@@ -66,7 +66,7 @@ pub enum Default {
     Unset(&'static str),
 }
 
-/// README has one table for each.
+/// docs/parameters.md has one table for each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
     General,
@@ -88,7 +88,7 @@ pub struct Parameter {
     pub name: &'static str,
     pub kind: Kind,
     pub default: Default,
-    /// One sentence (markdown), README's meaning column.
+    /// One sentence (markdown), docs/parameters.md's meaning column.
     pub meaning: &'static str,
     pub section: Section,
     apply: Apply,
@@ -187,8 +187,8 @@ fn rgb(v: &str) -> Option<bool> {
 
 const RGB_BGR: Kind = Kind::Choice(&["RGB", "BGR"]);
 
-/// In README's order. Defaults are applied through `apply` at every load, so
-/// each is stated here only.
+/// In docs/parameters.md's order. Defaults are applied through `apply` at
+/// every load, so each is stated here only.
 pub static PARAMETERS: &[Parameter] = &[
     Parameter {
         name: "engine",
@@ -339,8 +339,8 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "max_gallery_size",
         kind: Kind::PositiveInteger,
         default: Default::Value("1000000"),
-        meaning: "enrollments beyond it are refused (memory per person: 1.2 KiB with a \
-                  512-d embedder, 0.4 KiB with dlib's 128-d; docs in README)",
+        meaning: "enrollments beyond it are refused (memory per person: about 1.5 KiB \
+                  with a 512-d embedder, 0.7 KiB with dlib's 128-d; see docs/gallery.md)",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.settings.max_gallery_size = n),
     },
@@ -531,7 +531,9 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "onnxruntime_library",
         kind: Kind::Path,
         default: Default::Unset(
-            "the environment variable `ORT_DYLIB_PATH` (set by scripts/setup.sh)",
+            "the environment variable `ORT_DYLIB_PATH` (set by scripts/setup.sh), else \
+             `libonnxruntime.so*` beside `libtriton_face.so`, else in Triton's \
+             `<backend-directory>/onnxruntime/`",
         ),
         meaning: "`libonnxruntime.so` (1.17 or newer), relative to the version folder",
         section: Section::Onnx,
@@ -547,7 +549,7 @@ pub static PARAMETERS: &[Parameter] = &[
     },
 ];
 
-/// README's table of one section: `| key | type | default | meaning |`.
+/// docs/parameters.md's table of one section: `| key | type | default | meaning |`.
 pub fn markdown_table(section: Section) -> String {
     let mut out = String::from("| key | type | default | meaning |\n|---|---|---|---|\n");
     for p in PARAMETERS.iter().filter(|p| p.section == section) {
@@ -609,13 +611,15 @@ mod tests {
 
     #[test]
     fn readme_tables_match_the_parameters() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/parameters.md");
         let readme = std::fs::read_to_string(&path).unwrap();
-        let expected = readme_with_tables(&readme).unwrap_or_else(|e| panic!("README.md: {e}"));
+        let expected =
+            readme_with_tables(&readme).unwrap_or_else(|e| panic!("docs/parameters.md: {e}"));
         assert!(
             readme == expected,
-            "README.md's parameter tables differ from PARAMETERS in src/backend/parameters.rs; \
-             regenerate them with `cargo run --release --example parameter_table`.\n\
+            "docs/parameters.md's parameter tables differ from PARAMETERS in \
+             src/backend/parameters.rs; regenerate them with \
+             `cargo run --release --example parameter_table`.\n\
              Expected:\n{}\n{}",
             markdown_table(Section::General),
             markdown_table(Section::Onnx)

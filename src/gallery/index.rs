@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::Metric;
 
 /// Up to this many vectors a query scans them all: exact, and at this size
-/// about as fast as the graph (see README, "Gallery at scale").
+/// about as fast as the graph (see docs/benchmarks.md, "Gallery at scale").
 pub const EXACT_UP_TO: usize = 20_000;
 /// HNSW parameters: neighbours per node, and the breadth of the search when
 /// inserting and when querying (measured in the matching bench).

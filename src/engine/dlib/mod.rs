@@ -142,7 +142,7 @@ fn check_cpu() -> Result<()> {
     {
         return Err(Error::unsupported(
             "this build's dlib engine uses AVX2 and FMA, which this CPU lacks: rebuild with \
-             FACE_SIMD=baseline (see README)",
+             FACE_SIMD=baseline (see docs/engines.md)",
         ));
     }
     Ok(())
