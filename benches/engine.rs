@@ -26,7 +26,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde_json::{json, Map, Value};
-use triton_face::backend::config::{EngineKind, Settings};
+use triton_face::backend::settings::{EngineKind, Settings};
 use triton_face::engine::dlib::{DlibEngine, DlibSettings};
 use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::Engine;

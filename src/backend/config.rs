@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::backend::parameters::{self, Draft, PARAMETERS};
+use crate::backend::settings::{Control, EngineKind, SequenceConfig, Settings, Truth};
 use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::error::{Error, Result};
@@ -16,67 +17,6 @@ use crate::gallery::store::{PgSettings, StoreKind};
 use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
 use crate::sequence::Limits;
-
-pub use crate::engine::EngineKind;
-
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub engine: EngineKind,
-    /// The dlib engine's detector, upsampling and BLAS threads.
-    pub dlib: DlibSettings,
-    /// Absolute: relative values are resolved against the model directory.
-    pub weights_dir: PathBuf,
-    pub gallery_dir: PathBuf,
-    pub gallery_store: StoreKind,
-    /// Where a `postgres` gallery is.
-    pub postgres: PgSettings,
-    pub pixel_format: PixelFormat,
-    /// `None`: the engine's own default (0.6 for dlib's Euclidean distance, 0.5 for
-    /// the onnx engine's 1 - cosine).
-    pub match_threshold: Option<f32>,
-    pub max_image_pixels: u64,
-    pub max_faces_per_image: usize,
-    /// Threads (each with its own engine) an Execute spreads its images over.
-    pub batch_threads: usize,
-    pub max_gallery_size: usize,
-    pub return_embeddings: bool,
-    /// Whether inputs carry a leading batch dimension (max_batch_size > 0).
-    pub batched: bool,
-    /// Present when the model uses Triton's sequence batcher.
-    pub sequence: Option<SequenceConfig>,
-    /// The ONNX engine's models and pre-processing (used when engine = onnx).
-    pub onnx: OnnxSettings,
-    /// KIND_GPU instances refuse devices below this.
-    pub min_compute_capability: Capability,
-    /// The parameters the config sets (trimmed), for `describe_parameters`.
-    given: Vec<(&'static str, String)>,
-}
-
-/// How a stateful model receives its sequence controls, from the config's
-/// `sequence_batching { control_input [...] }`, plus the state limits.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SequenceConfig {
-    pub start: Option<Control>,
-    pub end: Option<Control>,
-    pub ready: Option<Control>,
-    /// CORRID tensor name and whether it is TYPE_STRING (else TYPE_UINT64).
-    pub corrid: Option<(String, bool)>,
-    pub limits: Limits,
-}
-
-/// A boolean control tensor and the value that means true.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Control {
-    pub name: String,
-    pub truth: Truth,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Truth {
-    Int32(i32),
-    Fp32(f32),
-    Bool(bool),
-}
 
 /// Triton's own default for max_sequence_idle_microseconds.
 const DEFAULT_IDLE_US: u64 = 1_000_000;

@@ -2,7 +2,7 @@
 //! control tensors the config declares, else from the request's own flags
 //! and correlation ID.
 
-use crate::backend::config::{Control, SequenceConfig, Truth};
+use crate::backend::settings::{Control, SequenceConfig, Truth};
 use crate::error::{Error, Result};
 use crate::result::CorrId;
 use crate::triton::request::{first_bytes_element, CorrelationId};

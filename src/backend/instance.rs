@@ -3,8 +3,8 @@
 
 use std::borrow::Cow;
 
-use crate::backend::config::{EngineKind, Settings};
 use crate::backend::model::{new_engine, ModelState};
+use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::onnx::Runtime;
 use crate::engine::Engine;
 use crate::error::Result;

@@ -4,8 +4,8 @@
 //! many nearest people to list (`top_k`); and for sequence models its place
 //! in the sequence.
 
-use crate::backend::config::Settings;
 use crate::backend::controls::{read_step, Step};
+use crate::backend::settings::Settings;
 use crate::backend::tensors::{read_encoded, read_pixels, read_strings, ENCODED, IMAGE};
 use crate::error::{Error, Result};
 use crate::gallery::MAX_TOP_K;

@@ -17,6 +17,7 @@ pub mod job;
 pub mod manage;
 pub mod model;
 pub mod parameters;
+pub mod settings;
 pub mod spread;
 pub mod tensors;
 

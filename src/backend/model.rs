@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use crate::backend::config::{EngineKind, Settings};
+use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
 use crate::error::Result;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use crate::backend::config::{EngineKind, Settings};
+use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};

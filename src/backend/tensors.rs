@@ -2,7 +2,7 @@
 //! encoded files (ENCODED) and TYPE_STRING elements, each checked against its
 //! declared type and shape.
 
-use crate::backend::config::Settings;
+use crate::backend::settings::Settings;
 use crate::error::{Error, Result};
 use crate::pipeline::image::{frame_from_encoded, frame_from_pixels};
 use crate::pipeline::Frame;
