@@ -1,12 +1,11 @@
 //! The JSON documents a client receives, in one place (schema:
 //! `schema/result.schema.json`).
 
-use std::fmt;
-
 use serde::{Serialize, Serializer};
 
 use crate::gallery::{Candidate, Enrolled, Forgotten, Known, Match};
-use crate::pipeline::{Face, Frame};
+use crate::pipeline::{BoxPx, Face, Frame};
+use crate::sequence::{CorrelationId, Recap};
 
 /// What a face that matches nobody is called in the answers; inside the code
 /// that is `None`, and the word exists only here, when rendering.
@@ -16,20 +15,11 @@ fn name_or_unknown<S: Serializer>(name: &Option<String>, s: S) -> Result<S::Ok, 
     s.serialize_str(name.as_deref().unwrap_or(UNKNOWN))
 }
 
-/// A correlation ID as the client sent it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(untagged)]
-pub enum CorrId {
-    Int(u64),
-    Str(String),
-}
-
-impl fmt::Display for CorrId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CorrId::Int(n) => write!(f, "{n}"),
-            CorrId::Str(s) => write!(f, "{s:?}"),
-        }
+/// A correlation ID as the client sent it: a number or a string.
+fn correlation_id<S: Serializer>(id: &CorrelationId, s: S) -> Result<S::Ok, S::Error> {
+    match id {
+        CorrelationId::Int(n) => s.serialize_u64(*n),
+        CorrelationId::Str(text) => s.serialize_str(text),
     }
 }
 
@@ -107,7 +97,8 @@ pub struct ImageDoc {
 
 #[derive(Serialize, Debug)]
 pub struct SequenceDoc {
-    pub correlation_id: CorrId,
+    #[serde(serialize_with = "correlation_id")]
+    pub correlation_id: CorrelationId,
     /// 0-based frame number within the sequence; null for a request without a frame.
     pub frame: Option<u64>,
 }
@@ -244,6 +235,51 @@ impl ImageDoc {
     pub fn to_json(&self) -> Vec<u8> {
         // Serializing these plain structs cannot fail (no maps with non-string keys).
         serde_json::to_vec(self).expect("result documents always serialize")
+    }
+}
+
+impl From<Recap> for Summary {
+    fn from(recap: Recap) -> Self {
+        let image_infos: Vec<LegacyImage> = recap
+            .kept
+            .into_iter()
+            .map(|faces| LegacyImage {
+                face_count: faces.len(),
+                face_infos: faces
+                    .into_iter()
+                    .map(|(name, b)| FaceInfo {
+                        name,
+                        bbox: legacy_box(&b),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Summary {
+            result: LegacyResult {
+                image_count: image_infos.len(),
+                image_infos,
+            },
+            people: recap
+                .tracks
+                .into_iter()
+                .map(|t| Person {
+                    track: t.track,
+                    name: t.name,
+                    frames: t.frames,
+                    best_distance: t.best_distance,
+                })
+                .collect(),
+            frames: recap.frames,
+        }
+    }
+}
+
+fn legacy_box(b: &BoxPx) -> LegacyBox {
+    LegacyBox {
+        top: b.top.round() as i64,
+        bottom: b.bottom.round() as i64,
+        left: b.left.round() as i64,
+        right: b.right.round() as i64,
     }
 }
 

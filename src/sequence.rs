@@ -6,14 +6,51 @@
 //! per sequence is bounded.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Metric};
-use crate::result::{CorrId, FaceInfo, LegacyBox, LegacyImage, LegacyResult, Person, Summary};
 
 /// A person's name; `None` is a face that matched nobody.
-type Name = Option<String>;
+pub type Name = Option<String>;
+
+/// A sequence's correlation ID, as the client sent it (Triton's own, or the
+/// CORRID control tensor).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CorrelationId {
+    Int(u64),
+    Str(String),
+}
+
+impl fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CorrelationId::Int(n) => write!(f, "{n}"),
+            CorrelationId::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// What a sequence saw, for its END answer.
+#[derive(Debug)]
+pub struct Recap {
+    /// Frames seen.
+    pub frames: u64,
+    /// The faces of the first `max_frames` frames: name and box.
+    pub kept: Vec<Vec<(Name, BoxPx)>>,
+    pub tracks: Vec<TrackRecap>,
+}
+
+/// One track: who it most often was, in which frames (the first
+/// `max_frames`), and its best distance as a named face.
+#[derive(Debug)]
+pub struct TrackRecap {
+    pub track: u32,
+    pub name: Name,
+    pub frames: Vec<u64>,
+    pub best_distance: Option<f32>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
@@ -157,43 +194,20 @@ impl SequenceState {
         self.tracks.len() - 1
     }
 
-    pub fn summary(&self) -> Summary {
-        let image_infos: Vec<LegacyImage> = self
-            .kept
-            .iter()
-            .map(|k| LegacyImage {
-                face_count: k.faces.len(),
-                face_infos: k
-                    .faces
-                    .iter()
-                    .map(|(name, b)| FaceInfo {
-                        name: name.clone(),
-                        bbox: LegacyBox {
-                            top: b.top.round() as i64,
-                            bottom: b.bottom.round() as i64,
-                            left: b.left.round() as i64,
-                            right: b.right.round() as i64,
-                        },
-                    })
-                    .collect(),
-            })
-            .collect();
-        Summary {
-            result: LegacyResult {
-                image_count: image_infos.len(),
-                image_infos,
-            },
-            people: self
+    pub fn recap(&self) -> Recap {
+        Recap {
+            frames: self.frames,
+            kept: self.kept.iter().map(|k| k.faces.clone()).collect(),
+            tracks: self
                 .tracks
                 .iter()
-                .map(|t| Person {
+                .map(|t| TrackRecap {
                     track: t.id,
                     name: majority(&t.votes),
                     frames: t.frames.clone(),
                     best_distance: t.best_distance,
                 })
                 .collect(),
-            frames: self.frames,
         }
     }
 }
@@ -212,7 +226,7 @@ fn majority(votes: &HashMap<Name, u32>) -> Name {
 
 /// All live sequences of a model.
 pub struct Sequences {
-    live: HashMap<CorrId, SequenceState>,
+    live: HashMap<CorrelationId, SequenceState>,
     limits: Limits,
 }
 
@@ -246,7 +260,7 @@ impl Sequences {
     }
 
     /// Open (or restart) the state of `id`.
-    pub fn start(&mut self, id: &CorrId, now: Instant) -> Result<&mut SequenceState> {
+    pub fn start(&mut self, id: &CorrelationId, now: Instant) -> Result<&mut SequenceState> {
         if !self.live.contains_key(id) && self.live.len() >= self.limits.max_sequences {
             self.evict_idle(now);
             if self.live.len() >= self.limits.max_sequences {
@@ -262,7 +276,7 @@ impl Sequences {
     }
 
     /// The live state of `id`, touched as used now.
-    pub fn get(&mut self, id: &CorrId, now: Instant) -> Result<&mut SequenceState> {
+    pub fn get(&mut self, id: &CorrelationId, now: Instant) -> Result<&mut SequenceState> {
         let state = self.live.get_mut(id).ok_or_else(|| {
             Error::invalid(format!(
                 "sequence {id} has no live state: start it with START (it may have ended or been \
@@ -274,7 +288,7 @@ impl Sequences {
     }
 
     /// Close `id`, returning its state.
-    pub fn end(&mut self, id: &CorrId) -> Option<SequenceState> {
+    pub fn end(&mut self, id: &CorrelationId) -> Option<SequenceState> {
         self.live.remove(id)
     }
 }
@@ -328,15 +342,15 @@ mod tests {
             &LIMITS,
         );
         assert_eq!(t2, vec![2, 0]);
-        let sum = s.summary();
+        let sum = s.recap();
         assert_eq!(sum.frames, 3);
-        assert_eq!(sum.result.image_count, 3);
-        assert_eq!(sum.result.image_infos[1].face_count, 2);
-        assert_eq!(sum.people[0].name.as_deref(), Some("obama")); // 2 obama votes, 1 unknown
-        assert_eq!(sum.people[0].frames, vec![0, 1, 2]);
-        assert_eq!(sum.people[1].name.as_deref(), Some("biden"));
-        assert_eq!(sum.people[2].name, None);
-        assert_eq!(sum.people[2].best_distance, None);
+        assert_eq!(sum.kept.len(), 3);
+        assert_eq!(sum.kept[1].len(), 2);
+        assert_eq!(sum.tracks[0].name.as_deref(), Some("obama")); // 2 obama votes, 1 unknown
+        assert_eq!(sum.tracks[0].frames, vec![0, 1, 2]);
+        assert_eq!(sum.tracks[1].name.as_deref(), Some("biden"));
+        assert_eq!(sum.tracks[2].name, None);
+        assert_eq!(sum.tracks[2].best_distance, None);
     }
 
     #[test]
@@ -345,10 +359,10 @@ mod tests {
         for _ in 0..10 {
             s.observe(&[face(&[0.0], None)], Metric::Euclidean, 0.6, &LIMITS);
         }
-        let sum = s.summary();
+        let sum = s.recap();
         assert_eq!(sum.frames, 10);
-        assert_eq!(sum.result.image_count, 3);
-        assert_eq!(sum.people[0].frames.len(), 3);
+        assert_eq!(sum.kept.len(), 3);
+        assert_eq!(sum.tracks[0].frames.len(), 3);
     }
 
     #[test]
@@ -364,7 +378,11 @@ mod tests {
     fn lifecycle_limits_and_eviction() {
         let t0 = Instant::now();
         let mut seqs = Sequences::new(LIMITS);
-        let (a, b, c) = (CorrId::Int(1), CorrId::Str("cam-2".into()), CorrId::Int(3));
+        let (a, b, c) = (
+            CorrelationId::Int(1),
+            CorrelationId::Str("cam-2".into()),
+            CorrelationId::Int(3),
+        );
         let e = seqs.get(&a, t0).err().unwrap();
         assert!(e.message().contains("sequence 1"));
         seqs.start(&a, t0).unwrap();

@@ -8,10 +8,10 @@ use crate::backend::controls::Step;
 use crate::backend::job::{Analyzed, Job};
 use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
-use crate::gallery::Enrolled;
+use crate::gallery::{Enrolled, Match};
 use crate::pipeline::Face;
 use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
-use crate::sequence::{Observed, Sequences};
+use crate::sequence::{Observed, Recap, Sequences};
 use crate::triton::BytesTensor;
 
 pub const RESULT: &str = "RESULT";
@@ -33,13 +33,23 @@ pub fn answer(
         return Ok(result_tensor(model, vec![b"{}".to_vec()]));
     }
     let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
+    let matches = name_faces(model, &job, &faces, threshold)?;
+    let followed = match &job.step {
+        Some(step) => {
+            let sequences =
+                sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
+            Some(follow_sequence(
+                model, step, &faces, &matches, threshold, sequences,
+            )?)
+        }
+        None => None,
+    };
     let mut docs = match managed {
         Some(docs) => docs,
-        None => image_docs(model, &job, &faces, enrolled, threshold)?,
+        None => image_docs(model, &job, &faces, &matches, enrolled),
     };
-    if let Some(step) = &job.step {
-        let sequences = sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
-        follow_sequence(model, step, &faces, threshold, &mut docs, sequences)?;
+    if let (Some(step), Some(followed)) = (&job.step, followed) {
+        add_sequence(&mut docs, step, followed);
     }
     Ok(result_tensor(
         model,
@@ -47,39 +57,51 @@ pub fn answer(
     ))
 }
 
-/// One document per frame: its faces named within `threshold`, and the
-/// enrollment's record where there is one.
+/// Each face of each frame named within `threshold` (the `top_k` nearest
+/// people too).
+fn name_faces(
+    model: &ModelState,
+    job: &Job,
+    faces: &[Vec<Face>],
+    threshold: f32,
+) -> Result<Vec<Vec<Match>>> {
+    let top_k = job.top_k.unwrap_or(1);
+    faces
+        .iter()
+        .map(|frame| {
+            frame
+                .iter()
+                .map(|f| model.gallery.best_match(&f.embedding, threshold, top_k))
+                .collect()
+        })
+        .collect()
+}
+
+/// One document per frame: its faces and their names, and the enrollment's
+/// record where there is one.
 fn image_docs(
     model: &ModelState,
     job: &Job,
     faces: &[Vec<Face>],
+    matches: &[Vec<Match>],
     enrolled: Option<Vec<Enrolled>>,
-    threshold: f32,
-) -> Result<Vec<ImageDoc>> {
+) -> Vec<ImageDoc> {
     let with_embeddings = model.settings.return_embeddings;
-    let top_k = job.top_k.unwrap_or(1);
     let mut enrolled = enrolled.map(Vec::into_iter);
     job.frames
         .iter()
-        .zip(faces)
-        .map(|(frame, faces)| {
+        .zip(faces.iter().zip(matches))
+        .map(|(frame, (faces, matches))| {
             let docs = faces
                 .iter()
-                .map(|f| {
-                    let matched = model.gallery.best_match(&f.embedding, threshold, top_k)?;
-                    Ok(FaceDoc::new(
-                        f,
-                        &matched,
-                        with_embeddings,
-                        job.top_k.is_some(),
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
+                .zip(matches)
+                .map(|(f, m)| FaceDoc::new(f, m, with_embeddings, job.top_k.is_some()))
+                .collect();
             let doc = ImageDoc::new(frame, docs);
-            Ok(match enrolled.as_mut().and_then(Iterator::next) {
+            match enrolled.as_mut().and_then(Iterator::next) {
                 Some(e) => doc.with_enrolled(&e),
                 None => doc,
-            })
+            }
         })
         .collect()
 }
@@ -98,18 +120,23 @@ fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor>
     }]
 }
 
+/// What one request did to its sequence: each frame's number and its faces'
+/// tracks, and at END what the sequence saw.
+struct Followed {
+    frames: Vec<(u64, Vec<u32>)>,
+    recap: Option<Recap>,
+}
+
 /// Apply one request's sequence step: START opens the state, each frame joins
-/// it (faces get tracks), END adds the summary and drops the state. The docs
-/// gain their `sequence` part (frame null for those without an image); a
-/// request with no document gets one.
+/// it (faces get tracks), END takes what it saw and drops the state.
 fn follow_sequence(
     model: &ModelState,
     step: &Step,
     faces: &[Vec<Face>],
+    matches: &[Vec<Match>],
     threshold: f32,
-    docs: &mut Vec<ImageDoc>,
     sequences: &mut Sequences,
-) -> Result<()> {
+) -> Result<Followed> {
     let now = Instant::now();
     let limits = *sequences.limits();
     if step.start {
@@ -117,43 +144,53 @@ fn follow_sequence(
     }
     let state = sequences.get(&step.id, now)?;
     let metric = model.gallery.metric();
-    for (doc, faces) in docs.iter_mut().zip(faces) {
-        let face_docs = doc
-            .faces
-            .as_mut()
-            .expect("frame documents list their faces");
-        let observed: Vec<Observed> = faces
-            .iter()
-            .zip(face_docs.iter())
-            .map(|(f, d)| Observed {
-                embedding: &f.embedding,
-                name: d.name.as_deref(),
-                distance: d.distance,
-                bbox: f.bbox,
-            })
-            .collect();
-        let (frame, tracks) = state.observe(&observed, metric, threshold, &limits);
-        for (d, track) in face_docs.iter_mut().zip(tracks) {
-            d.track = Some(track);
-        }
-        doc.sequence = Some(SequenceDoc {
+    let frames = faces
+        .iter()
+        .zip(matches)
+        .map(|(faces, matches)| {
+            let observed: Vec<Observed> = faces
+                .iter()
+                .zip(matches)
+                .map(|(f, m)| Observed {
+                    embedding: &f.embedding,
+                    name: m.name.as_deref(),
+                    distance: m.distance,
+                    bbox: f.bbox,
+                })
+                .collect();
+            state.observe(&observed, metric, threshold, &limits)
+        })
+        .collect();
+    let recap = step.end.then(|| state.recap());
+    if step.end {
+        sequences.end(&step.id);
+    }
+    Ok(Followed { frames, recap })
+}
+
+/// The documents' `sequence` part (frame null for those without an image),
+/// the faces' tracks, and the summary at END; a request with no document
+/// gets one.
+fn add_sequence(docs: &mut Vec<ImageDoc>, step: &Step, followed: Followed) {
+    let part = |frame| {
+        Some(SequenceDoc {
             correlation_id: step.id.clone(),
-            frame: Some(frame),
-        });
+            frame,
+        })
+    };
+    for (doc, (frame, tracks)) in docs.iter_mut().zip(followed.frames) {
+        for (face, track) in doc.faces.iter_mut().flatten().zip(tracks) {
+            face.track = Some(track);
+        }
+        doc.sequence = part(Some(frame));
     }
     if docs.is_empty() {
         docs.push(ImageDoc::default());
     }
     for doc in docs.iter_mut().filter(|d| d.sequence.is_none()) {
-        doc.sequence = Some(SequenceDoc {
-            correlation_id: step.id.clone(),
-            frame: None,
-        });
+        doc.sequence = part(None);
     }
-    if step.end {
-        let summary = state.summary();
-        sequences.end(&step.id);
-        docs.last_mut().expect("at least one document").summary = Some(summary);
+    if let Some(recap) = followed.recap {
+        docs.last_mut().expect("at least one document").summary = Some(recap.into());
     }
-    Ok(())
 }

@@ -4,8 +4,8 @@
 
 use crate::backend::settings::{Control, SequenceConfig, Truth};
 use crate::error::{Error, Result};
-use crate::result::CorrId;
-use crate::triton::request::{first_bytes_element, CorrelationId};
+use crate::sequence::CorrelationId;
+use crate::triton::request::first_bytes_element;
 use crate::triton::{sys, Request};
 
 /// The sequence controls of one request.
@@ -13,7 +13,7 @@ pub struct Step {
     pub ready: bool,
     pub start: bool,
     pub end: bool,
-    pub id: CorrId,
+    pub id: CorrelationId,
 }
 
 /// START / END / READY / CORRID of a request, from the control tensors the
@@ -45,9 +45,8 @@ pub fn read_step(request: &Request, config: &SequenceConfig) -> Result<Step> {
     let id = match id {
         Some(id) => id,
         None => match request.correlation_id()? {
-            Some(CorrelationId::Int(n)) => CorrId::Int(n),
-            Some(CorrelationId::Str(s)) => CorrId::Str(s),
-            None if !ready => CorrId::Int(0),
+            Some(id) => id,
+            None if !ready => CorrelationId::Int(0),
             None => {
                 return Err(Error::invalid(
                     "a sequence request needs a correlation ID (sequence_id)",
@@ -82,7 +81,7 @@ fn read_control(request: &Request, control: &Control) -> Result<bool> {
 }
 
 /// The CORRID control tensor: a UINT64 (or other integer) or a string.
-fn read_corrid(request: &Request, name: &str, string: bool) -> Result<Option<CorrId>> {
+fn read_corrid(request: &Request, name: &str, string: bool) -> Result<Option<CorrelationId>> {
     let Some(input) = request.input(name)? else {
         return Ok(None);
     };
@@ -93,7 +92,7 @@ fn read_corrid(request: &Request, name: &str, string: bool) -> Result<Option<Cor
         let first = first_bytes_element(&data)?;
         return Ok(first
             .filter(|b| !b.is_empty())
-            .map(|b| CorrId::Str(String::from_utf8_lossy(b).into_owned())));
+            .map(|b| CorrelationId::Str(String::from_utf8_lossy(b).into_owned())));
     }
     let width = match input.datatype {
         sys::TRITONSERVER_TYPE_UINT64 | sys::TRITONSERVER_TYPE_INT64 => 8,
@@ -110,5 +109,5 @@ fn read_corrid(request: &Request, name: &str, string: bool) -> Result<Option<Cor
     let mut buf = [0u8; 8];
     buf[..width].copy_from_slice(bytes);
     let id = u64::from_le_bytes(buf);
-    Ok((id != 0).then_some(CorrId::Int(id)))
+    Ok((id != 0).then_some(CorrelationId::Int(id)))
 }

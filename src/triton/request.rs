@@ -15,13 +15,7 @@ use super::error::{api, call};
 use super::response::{self, BytesTensor};
 use super::{log, sys};
 use crate::error::{Error, Result};
-
-/// A sequence's correlation ID as Triton carries it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CorrelationId {
-    Int(u64),
-    Str(String),
-}
+use crate::sequence::CorrelationId;
 
 /// A request parameter as the client sent it (tritonclient's
 /// `parameters={...}`: a Python float arrives as `Double`, an int as `Int`).
