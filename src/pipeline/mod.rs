@@ -1,6 +1,8 @@
 //! The face pipeline's data, independent of Triton: frames in, faces out.
-//! `image` turns client bytes into frames (OpenCV), `align` cuts aligned
-//! face chips; the engines (`crate::engine`) turn frames into faces.
+//! `image` turns client bytes into frames (OpenCV), `align` computes the
+//! similarity transform that puts a face's landmarks where the embedder
+//! expects them (the engines warp the chips); the engines (`crate::engine`)
+//! turn frames into faces.
 
 pub mod align;
 pub mod image;
