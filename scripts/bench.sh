@@ -129,6 +129,8 @@ if [ -z "$LIBRARY" ]; then
     : >"$OUT/bench-engine.log"
     LOAD_ENGINE="$(cut -d' ' -f1 /proc/loadavg)"
     run_logged "$OUT/bench-engine.log" cargo bench --bench engine
+    log "examples/tract_kernels: each of our tract ops against tract's own (log: out/bench-tract-kernels.txt; ~15 s)"
+    run_logged "$OUT/bench-tract-kernels.txt" target/release/examples/tract_kernels "$ONNX_DIR" 100
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-bench.XXXXXX")"

@@ -36,8 +36,9 @@ use net::{load_net, model_file, Net, RuntimeChoice};
 use ops::{frame_mat, l2_normalize, nms, resize, to_input, FrameImage};
 
 pub use hygiene::Hygiene;
-pub use net::run_model;
+pub use net::{run_model, TractBench};
 pub use settings::{Normalize, OnnxSettings, Runtime};
+pub use tract_ops::{Kernels, OwnKernels};
 
 pub struct OnnxEngine {
     settings: OnnxSettings,

@@ -1,18 +1,21 @@
 //! One ONNX model read and cleaned (tract parses it for both runtimes),
 //! loaded into its runtime (tract.rs or onnxruntime.rs), and run.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tract_onnx::prelude::*;
 
 use prost::Message;
 
+use super::super::fpu::FlushDenormals;
 use super::blob::Blob;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
 use super::settings::{OnnxSettings, Runtime};
 use super::tract::TractNet;
-use super::tract_ops::{self, OwnKernels};
+use super::tract_ops::{self, Kernels, OwnKernels};
 use crate::error::{Error, Result};
 
 /// A loaded model in the runtime that runs it.
@@ -62,7 +65,12 @@ pub(super) fn load_net(
             path.display()
         ))
     };
-    let onnx = tract_ops::onnx();
+    let kernels = match runtime {
+        RuntimeChoice::Tract(kernels) => *kernels,
+        // tract only reads the model's input shape for onnxruntime.
+        RuntimeChoice::Ort { .. } => Kernels::ALL,
+    };
+    let onnx = tract_ops::onnx(kernels);
     let mut proto = onnx.proto_model_for_path(path).map_err(fail)?;
     let external = hygiene::has_external_data(&proto);
     let cleaned = if external {
@@ -84,8 +92,8 @@ pub(super) fn load_net(
     let (shape, batch_free) = input_shape(what, path, &typed)?;
     let mut own_kernels = None;
     let runner = match runtime {
-        RuntimeChoice::Tract => {
-            let (net, kernels) = TractNet::load(typed).map_err(fail)?;
+        RuntimeChoice::Tract(kernels) => {
+            let (net, kernels) = TractNet::load(typed, *kernels).map_err(fail)?;
             own_kernels = Some(kernels);
             Runner::Tract(net)
         }
@@ -138,7 +146,8 @@ fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<(Vec<usize
 
 /// The runtime a model is loaded into, resolved (library found) once.
 pub(super) enum RuntimeChoice {
-    Tract,
+    /// With these of our kernels (all of them but in the kernels bench).
+    Tract(Kernels),
     Ort {
         library: PathBuf,
         threads: usize,
@@ -155,14 +164,14 @@ impl RuntimeChoice {
             RuntimeChoice::Ort {
                 cuda_device: None, ..
             } => PreluForm::Convolutions,
-            RuntimeChoice::Tract => PreluForm::Native,
+            RuntimeChoice::Tract(_) => PreluForm::Native,
             _ => PreluForm::Elementwise,
         }
     }
 
     pub(super) fn of(settings: &OnnxSettings) -> Result<Self> {
         Ok(match settings.runtime {
-            Runtime::Tract => RuntimeChoice::Tract,
+            Runtime::Tract => RuntimeChoice::Tract(Kernels::ALL),
             Runtime::OnnxRuntime => RuntimeChoice::Ort {
                 library: library_path(settings.onnxruntime_library.as_deref())?,
                 threads: settings.intra_op_threads,
@@ -193,7 +202,7 @@ pub fn run_model(
         "model",
         path,
         None,
-        &RuntimeChoice::Tract,
+        &RuntimeChoice::Tract(Kernels::ALL),
         Hygiene::default(),
     )?;
     if input.len() != shape.iter().product::<usize>() {
@@ -211,4 +220,50 @@ pub fn run_model(
         .into_iter()
         .map(|b| (b.shape, b.data))
         .collect())
+}
+
+/// One model on tract with a choice of our kernels, timed node by node: the
+/// kernels bench (examples/tract_kernels.rs) measures each of our ops
+/// against tract's own path for the same stage.
+pub struct TractBench {
+    net: TractNet,
+    shape: Vec<usize>,
+    /// Which ops run on our kernels.
+    pub own: OwnKernels,
+}
+
+impl TractBench {
+    pub fn load(path: &Path, kernels: Kernels) -> Result<Self> {
+        let net = load_net(
+            "model",
+            path,
+            None,
+            &RuntimeChoice::Tract(kernels),
+            Hygiene::default(),
+        )?;
+        match net.runner {
+            Runner::Tract(tract) => Ok(TractBench {
+                net: tract,
+                shape: net.shape,
+                own: net.own_kernels.unwrap_or_default(),
+            }),
+            Runner::Ort(_) => Err(Error::internal("loaded on onnxruntime, not tract")),
+        }
+    }
+
+    /// The input's shape, batch 1.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// One run on `input` with denormals flushed (as the engine runs): its
+    /// time, and each op's time added under its name to `by_op`.
+    pub fn run(&self, input: &[f32], by_op: &mut HashMap<String, Duration>) -> Result<Duration> {
+        let _flush = FlushDenormals::new(true);
+        let input = Blob {
+            shape: self.shape.clone(),
+            data: input.to_vec(),
+        };
+        self.net.profile(input, by_op)
+    }
 }

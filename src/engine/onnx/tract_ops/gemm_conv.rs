@@ -37,6 +37,12 @@ pub struct GemmConv {
     pub window: Option<Window>,
 }
 
+/// Our im2col only on convolutions of the image itself: there it beats
+/// tract's path 2.5-3.8x; on the detector's 3x3 convolutions of many
+/// channels tract's is as fast (1.0x), so those stay tract's
+/// (examples/tract_kernels.rs, docs/engines.md).
+const IM2COL_MAX_CHANNELS: usize = 4;
+
 impl GemmConv {
     /// The op for `conv` on data of shape `input`, when it is a float 1x1
     /// convolution (stride 1, no padding) this kernel covers on this CPU;
@@ -60,8 +66,9 @@ impl GemmConv {
     /// otherwise.
     pub fn im2col(conv: &Conv, input: &TypedFact) -> Option<GemmConv> {
         let (window, pixels) = GemmConv::covered(conv, input)?;
-        let columns = conv.pool_spec.input_channels * window.taps() * pixels;
-        (columns <= MAX_COLUMNS).then_some(GemmConv {
+        let channels = conv.pool_spec.input_channels;
+        let columns = channels * window.taps() * pixels;
+        (columns <= MAX_COLUMNS && channels <= IM2COL_MAX_CHANNELS).then_some(GemmConv {
             then: Then::Nothing,
             format: conv.pool_spec.data_format,
             window: Some(window),
@@ -119,7 +126,10 @@ impl GemmConv {
 
 impl Op for GemmConv {
     fn name(&self) -> StaticName {
-        "FaceGemmConv".into()
+        match self.window {
+            None => "FaceGemmConv1x1".into(),
+            Some(_) => "FaceGemmConvIm2col".into(),
+        }
     }
 
     fn info(&self) -> TractResult<Vec<String>> {

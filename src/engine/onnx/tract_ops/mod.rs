@@ -68,31 +68,77 @@ impl OwnKernels {
     }
 }
 
-/// tract's ONNX reader, with PRelu read as our one-pass op.
-pub(super) fn onnx() -> tract_onnx::Onnx {
+/// Which of our ops replace tract's (all of them in the engine; the kernels
+/// bench switches one off at a time to measure it against tract's own path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    pub depthwise: bool,
+    pub pointwise: bool,
+    pub im2col: bool,
+    pub softmax: bool,
+    pub prelu: bool,
+}
+
+impl Kernels {
+    pub const ALL: Kernels = Kernels {
+        depthwise: true,
+        pointwise: true,
+        im2col: true,
+        softmax: true,
+        prelu: true,
+    };
+    pub const NONE: Kernels = Kernels {
+        depthwise: false,
+        pointwise: false,
+        im2col: false,
+        softmax: false,
+        prelu: false,
+    };
+}
+
+/// tract's ONNX reader, with PRelu read as our one-pass op (unless not).
+pub(super) fn onnx(kernels: Kernels) -> tract_onnx::Onnx {
     let mut onnx = tract_onnx::onnx();
-    onnx.op_register
-        .insert("PRelu", |_, _| Ok((expand(prelu::PreluNode), vec![])));
+    if kernels.prelu {
+        onnx.op_register
+            .insert("PRelu", |_, _| Ok((expand(prelu::PreluNode), vec![])));
+    }
     onnx
 }
 
 /// tract's optimization of a typed model, with our convolutions in place of
 /// tract's wherever they apply and the Relu or PRelu after them folded in;
 /// what runs on our kernels, counted.
-pub(super) fn optimize(mut model: TypedModel) -> TractResult<(TypedModel, OwnKernels)> {
+pub(super) fn optimize(
+    mut model: TypedModel,
+    kernels: Kernels,
+) -> TractResult<(TypedModel, OwnKernels)> {
     // Before decluttering: tract turns 1x1 convolutions into matrix products there.
     swap(&mut model, |conv: &Conv, inputs| {
-        GemmConv::pointwise(conv, conv_data(inputs)?).map(|op| Box::new(op) as _)
+        (kernels.pointwise)
+            .then(|| GemmConv::pointwise(conv, conv_data(inputs)?))
+            .flatten()
+            .map(|op| Box::new(op) as _)
     })?;
     let mut model = model.into_decluttered()?;
     // After: tract has folded explicit padding into the convolutions.
     swap(&mut model, |conv: &Conv, inputs| {
         let data = conv_data(inputs)?;
-        (DepthwiseConv::for_conv(conv, data).map(|op| Box::new(op) as _))
-            .or_else(|| GemmConv::im2col(conv, data).map(|op| Box::new(op) as _))
+        let depthwise = kernels
+            .depthwise
+            .then(|| DepthwiseConv::for_conv(conv, data));
+        (depthwise.flatten().map(|op| Box::new(op) as _)).or_else(|| {
+            (kernels.im2col)
+                .then(|| GemmConv::im2col(conv, data))
+                .flatten()
+                .map(|op| Box::new(op) as _)
+        })
     })?;
     swap(&mut model, |softmax: &Softmax, inputs| {
-        ShortSoftmax::for_softmax(softmax, inputs.first()?).map(|op| Box::new(op) as _)
+        (kernels.softmax)
+            .then(|| ShortSoftmax::for_softmax(softmax, inputs.first()?))
+            .flatten()
+            .map(|op| Box::new(op) as _)
     })?;
     while let Some(patch) = next_fusion(&model)? {
         patch.apply(&mut model)?;
@@ -241,7 +287,8 @@ mod tests {
     use tract_onnx::tract_core::ops::cnn::{KernelFormat, PaddingSpec, PoolSpec};
     use tract_onnx::tract_core::ops::nn::DataFormat;
 
-    const C: usize = 8;
+    // At most IM2COL_MAX_CHANNELS (gemm_conv.rs), so 3x3 convolutions are ours.
+    const C: usize = 4;
 
     /// A 3x3 convolution (stride 2, padded by 1) of `groups` groups over C
     /// channels, as tract types an ONNX Conv.
@@ -340,13 +387,14 @@ mod tests {
         ];
         for (op, name) in [
             (conv(C), "FaceDepthwiseConv"),
-            (pointwise(), "FaceGemmConv"),
-            (conv(1), "FaceGemmConv"),
+            (pointwise(), "FaceGemmConv1x1"),
+            (conv(1), "FaceGemmConvIm2col"),
         ] {
             for (then, wire) in wires {
                 let x = batch_input();
                 let theirs = run(model_then(op.clone(), wire).into_optimized().unwrap(), &x);
-                let (fused, kernels) = optimize(model_then(op.clone(), wire)).unwrap();
+                let (fused, kernels) =
+                    optimize(model_then(op.clone(), wire), Kernels::ALL).unwrap();
                 let ops: Vec<_> = fused.nodes.iter().map(|n| n.op.name()).collect();
                 let thens: Vec<_> = fused
                     .nodes
@@ -418,7 +466,7 @@ mod tests {
         for (what, op, (depthwise, pointwise, im2col), pixels) in cases {
             let x = batch_input();
             let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
-            let (optimized, kernels) = optimize(model(op)).unwrap();
+            let (optimized, kernels) = optimize(model(op), Kernels::ALL).unwrap();
             let expected = OwnKernels {
                 depthwise,
                 pointwise,
@@ -441,7 +489,7 @@ mod tests {
             c
         };
         let cases = [
-            ("grouped", conv(4)),
+            ("grouped", conv(2)),
             ("grouped 1x1", grouped_1x1),
             (
                 "dilated depthwise",
@@ -459,7 +507,7 @@ mod tests {
         for (what, op) in cases {
             let x = batch_input();
             let theirs = run(model(op.clone()).into_optimized().unwrap(), &x);
-            let (optimized, kernels) = optimize(model(op)).unwrap();
+            let (optimized, kernels) = optimize(model(op), Kernels::ALL).unwrap();
             assert_eq!(kernels, OwnKernels::default(), "{what}");
             assert_close(&run(optimized, &x), &theirs);
         }

@@ -246,12 +246,12 @@ mod tests {
     /// The model run on tract with our reader and kernels on `batch` images
     /// of `x.len() / batch` values, and how many of its ops are our PRelu.
     fn run(model: &ModelProto, x: &[f32], batch: usize) -> (Vec<f32>, usize) {
-        let typed = onnx()
+        let typed = onnx(super::super::Kernels::ALL)
             .model_for_proto_model(model)
             .unwrap()
             .into_typed()
             .unwrap();
-        let (optimized, kernels) = optimize(typed).unwrap();
+        let (optimized, kernels) = optimize(typed, super::super::Kernels::ALL).unwrap();
         let shape = [batch, x.len() / (batch * SIDE * SIDE), SIDE, SIDE];
         let input = Tensor::from_shape(&shape, x).unwrap();
         (first_output(optimized, input), kernels.prelu)
@@ -357,7 +357,7 @@ mod tests {
             panic!("a tensor input");
         };
         t.shape.as_mut().unwrap().dim[1].value = Some(dimension::Value::DimValue(3));
-        let typed = onnx()
+        let typed = onnx(super::super::Kernels::ALL)
             .model_for_proto_model(&model)
             .and_then(|m| m.into_typed());
         let err = format!("{:#}", typed.expect_err("a load error"));
