@@ -86,7 +86,9 @@ fn image_docs(
     matches: &[Vec<Match>],
     enrolled: Option<Vec<Enrolled>>,
 ) -> Vec<ImageDoc> {
-    let with_embeddings = model.settings.return_embeddings;
+    let with_embeddings = job
+        .return_embeddings
+        .unwrap_or(model.settings.return_embeddings);
     let mut enrolled = enrolled.map(Vec::into_iter);
     job.frames
         .iter()

@@ -1,7 +1,8 @@
 //! What one request asks for: its frames (from IMAGE or ENCODED), the names
 //! to enroll (ENROLL), or a change to the gallery instead (FORGET, LIST);
 //! its own match threshold (request parameter `match_threshold`) and how
-//! many nearest people to list (`top_k`); and for sequence models its place
+//! many nearest people to list (`top_k`), whether to return embeddings
+//! (`return_embeddings`); and for sequence models its place
 //! in the sequence.
 
 use crate::backend::controls::{read_step, Step};
@@ -18,6 +19,7 @@ pub const FORGET: &str = "FORGET";
 pub const LIST: &str = "LIST";
 pub const MATCH_THRESHOLD: &str = "match_threshold";
 pub const TOP_K: &str = "top_k";
+pub const RETURN_EMBEDDINGS: &str = "return_embeddings";
 
 /// A request that manages the gallery instead of showing an image.
 pub enum Manage {
@@ -41,6 +43,8 @@ pub struct Job {
     pub threshold: Option<f32>,
     /// The request's `top_k`: each face lists this many nearest people.
     pub top_k: Option<usize>,
+    /// The request's `return_embeddings`, else the model's holds.
+    pub return_embeddings: Option<bool>,
     /// Sequence models: this request's place in its sequence.
     pub step: Option<Step>,
 }
@@ -73,6 +77,7 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
         manage: None,
         threshold: None,
         top_k: None,
+        return_embeddings: None,
         step,
     };
     if job.is_idle() {
@@ -80,6 +85,7 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
     }
     job.threshold = read_threshold(request)?;
     job.top_k = read_top_k(request)?;
+    job.return_embeddings = read_bool(request, RETURN_EMBEDDINGS)?;
     job.manage = read_manage(request)?;
     if job.manage.is_some() {
         for alone in [IMAGE, ENCODED, ENROLL] {
@@ -195,6 +201,17 @@ fn read_threshold(request: &Request) -> Result<Option<f32>> {
         None => Err(Error::invalid(format!(
             "request parameter {MATCH_THRESHOLD} = {value} is invalid: expected a positive \
              number (the same-person distance: Euclidean for dlib, 1 - cosine for onnx)"
+        ))),
+    }
+}
+
+/// A request parameter that is true or false.
+fn read_bool(request: &Request, name: &str) -> Result<Option<bool>> {
+    match request.parameter(name)? {
+        None => Ok(None),
+        Some(ParameterValue::Bool(b)) => Ok(Some(b)),
+        Some(value) => Err(Error::invalid(format!(
+            "request parameter {name} = {value} is invalid: expected true or false"
         ))),
     }
 }
