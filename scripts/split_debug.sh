@@ -7,7 +7,9 @@
 #   bash scripts/split_debug.sh target/release/libtriton_face.so
 set -euo pipefail
 lib="$1"
-if readelf -S "$lib" | grep -q '\.debug_info'; then
+# grep reads all of readelf's output (-q would stop early, and readelf's
+# SIGPIPE would fail the pipeline under pipefail: no split, no word).
+if readelf -S "$lib" | grep '\.debug_info' >/dev/null; then
     rm -f "$lib.debug"
     objcopy --only-keep-debug "$lib" "$lib.debug"
     objcopy --strip-debug --add-gnu-debuglink="$lib.debug" "$lib"

@@ -77,18 +77,23 @@ fn library_in(folder: &Path) -> Option<PathBuf> {
     if plain.is_file() {
         return Some(plain);
     }
-    let mut versioned: Vec<PathBuf> = std::fs::read_dir(folder)
+    std::fs::read_dir(folder)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(OsStr::to_str)
-                .is_some_and(|n| n.starts_with("libonnxruntime.so."))
-                && p.is_file()
+        .filter_map(|p| {
+            let name = p.file_name().and_then(OsStr::to_str)?;
+            let version = version_key(name.strip_prefix("libonnxruntime.so.")?);
+            p.is_file().then_some((version, p))
         })
-        .collect();
-    versioned.sort();
-    versioned.pop()
+        .max()
+        .map(|(_, p)| p)
+}
+
+/// "1.17.1" as numbers, so that 1.17 is newer than 1.9.
+fn version_key(text: &str) -> Vec<u64> {
+    text.split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
 }
 
 /// The library loaded and its build (version, commit), once loaded.
@@ -101,13 +106,18 @@ pub fn loaded() -> Option<&'static str> {
 
 /// The version the library says it is (`OrtGetApiBase()->GetVersionString`).
 fn version_of(library: &Path) -> Option<String> {
-    // SAFETY: the library is already loaded (ort::init_from checked it has
-    // OrtGetApiBase); opening it again only takes another reference, and the
-    // symbol's signature is onnxruntime's C API.
+    use libc::RTLD_NOLOAD;
+    use libloading::os::unix::{Library, RTLD_NOW};
+    let library = as_ort_opens(library);
+    // SAFETY: RTLD_NOLOAD only takes another reference to a library this
+    // process already loaded (ort::init_from, which checked it has
+    // OrtGetApiBase), never loads another; the symbol's signature is
+    // onnxruntime's C API, and the text is copied before the handle drops.
     unsafe {
-        let lib = libloading::Library::new(library).ok()?;
-        let base: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
-            lib.get(b"OrtGetApiBase").ok()?;
+        let lib = Library::open(Some(library), RTLD_NOLOAD | RTLD_NOW).ok()?;
+        let base: libloading::os::unix::Symbol<
+            unsafe extern "C" fn() -> *const ort::sys::OrtApiBase,
+        > = lib.get(b"OrtGetApiBase").ok()?;
         let base = base();
         if base.is_null() {
             return None;
@@ -119,6 +129,20 @@ fn version_of(library: &Path) -> Option<String> {
                 .into_owned()
         })
     }
+}
+
+/// The path ort opens for `library`: a relative one beside the executable
+/// when there is such a file (as `ort::init_from` does), else as given.
+fn as_ort_opens(library: &Path) -> PathBuf {
+    if library.is_relative() {
+        let beside = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(library)));
+        if let Some(path) = beside.filter(|p| p.exists()) {
+            return path;
+        }
+    }
+    library.to_path_buf()
 }
 
 /// The process-wide onnxruntime environment (ort allows one per process);
@@ -133,7 +157,10 @@ fn environment(library: &Path) -> Result<&'static ort::environment::Environment>
             .build()
             .map_err(|e| e.to_string())?;
         let version = version_of(library).unwrap_or_else(|| "version unknown".into());
-        let _ = LOADED.set(format!("{version} from {}", library.display()));
+        let _ = LOADED.set(format!(
+            "{version} from {}",
+            as_ort_opens(library).display()
+        ));
         Ok(env)
     })
     .as_ref()
@@ -245,5 +272,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(&library.display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_folder_gives_its_plain_name_else_its_newest_version() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(library_in(dir.path()), None);
+        for name in [
+            "libonnxruntime.so.1.9.0",
+            "libonnxruntime.so.1.17.1",
+            "other.so",
+        ] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let newest = library_in(dir.path()).unwrap();
+        assert_eq!(newest, dir.path().join("libonnxruntime.so.1.17.1"));
+        std::fs::write(dir.path().join("libonnxruntime.so"), b"").unwrap();
+        let plain = library_in(dir.path()).unwrap();
+        assert_eq!(plain, dir.path().join("libonnxruntime.so"));
     }
 }

@@ -482,6 +482,23 @@ mod tests {
     }
 
     #[test]
+    fn im2col_is_ours_on_the_image_only() {
+        // At most IM2COL_MAX_CHANNELS input channels: there it beats tract's
+        // path; on many channels tract's is as fast (examples/tract_kernels).
+        for (channels, ours) in [(3, true), (C, true), (8, false), (64, false)] {
+            let mut op = conv(1);
+            op.pool_spec.input_channels = channels;
+            let fact = f32::fact([1, channels, 9, 11]);
+            let im2col = GemmConv::im2col(&op, &fact);
+            assert_eq!(
+                im2col.is_some(),
+                ours && gemm::available(),
+                "{channels} channels"
+            );
+        }
+    }
+
+    #[test]
     fn convolutions_it_does_not_cover_stay_tracts() {
         let grouped_1x1 = {
             let mut c = pointwise();
