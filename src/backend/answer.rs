@@ -163,10 +163,11 @@ fn follow_sequence(
             state.observe(&observed, metric, threshold, &limits)
         })
         .collect();
-    let recap = step.end.then(|| state.recap());
-    if step.end {
-        sequences.end(&step.id);
-    }
+    let recap = if step.end {
+        sequences.end(&step.id).map(|ended| ended.recap())
+    } else {
+        None
+    };
     Ok(Followed { frames, recap })
 }
 

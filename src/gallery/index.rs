@@ -265,19 +265,34 @@ impl VectorIndex {
         }
         let links_in = links_in(&index, keys);
         let step = keys.len().div_ceil(SAMPLE).max(1);
-        let mut sample: Vec<f32> = (keys.iter().step_by(step))
-            .filter_map(|&k| self.nearest_link(&index, k))
+        let sampled: Vec<u64> = keys.iter().step_by(step).copied().collect();
+        let mut sample: Vec<f32> = self
+            .nearest_links(&index, &sampled)
+            .into_iter()
+            .flatten()
             .collect();
         sample.sort_unstable_by(f32::total_cmp);
         let typical = sample.get(sample.len() / 2).copied().unwrap_or(0.0);
         self.typical_nearest
             .store(typical.to_bits(), Ordering::Relaxed);
-        let mut few: Vec<(u32, u64)> = keys
+        // Only nodes with few links in can be strays: their distances, on
+        // every core.
+        // (links in, key)
+        type Linked = Vec<(u32, u64)>;
+        let (mut few, some): (Linked, Linked) = keys
             .iter()
             .zip(&links_in)
-            .filter(|(&k, &n)| self.is_stray(&index, k, n))
+            .filter(|(_, &n)| n <= SOME_LINKS_IN)
             .map(|(&k, &n)| (n, k))
-            .collect();
+            .partition(|&(n, _)| n <= FEW_LINKS_IN);
+        let some_keys: Vec<u64> = some.iter().map(|&(_, k)| k).collect();
+        let isolated = self.nearest_links(&index, &some_keys);
+        few.extend(
+            some.into_iter()
+                .zip(isolated)
+                .filter(|(_, d)| typical > 0.0 && d.is_some_and(|d| d > ISOLATED * typical))
+                .map(|(nk, _)| nk),
+        );
         few.sort_unstable();
         strays.extend(few.iter().take(MAX_STRAYS).map(|&(_, k)| k));
         strays.len()
@@ -298,18 +313,45 @@ impl VectorIndex {
 
     /// The distance from `key` to the nearest of its base-level neighbours.
     fn nearest_link(&self, index: &Index, key: u64) -> Option<f32> {
-        let mut own = vec![0.0f32; self.dim];
-        let mut other = vec![0.0f32; self.dim];
-        index.get(key, &mut own).ok().filter(|&n| n == 1)?;
+        self.nearest_links(index, &[key]).pop().flatten()
+    }
+
+    /// `nearest_link` of each of `keys`, on every core.
+    fn nearest_links(&self, index: &Index, keys: &[u64]) -> Vec<Option<f32>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chunk = keys.len().div_ceil(cores).max(1);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = keys
+                .chunks(chunk)
+                .map(|part| {
+                    let worker = scope.spawn(move || self.nearest_links_of(index, part));
+                    (part.len(), worker)
+                })
+                .collect();
+            // A worker that failed gives no distances, in their places.
+            workers
+                .into_iter()
+                .flat_map(|(len, w)| w.join().unwrap_or_else(|_| vec![None; len]))
+                .collect()
+        })
+    }
+
+    fn nearest_links_of(&self, index: &Index, keys: &[u64]) -> Vec<Option<f32>> {
+        let (mut own, mut other) = (vec![0.0f32; self.dim], vec![0.0f32; self.dim]);
         let mut links = vec![0u64; 4 * CONNECTIVITY];
-        let n = index.neighbors(key, 0).drain_into(&mut links);
-        links[..n]
-            .iter()
-            .filter_map(|&k| match index.get(k, &mut other) {
-                Ok(1) => Some(self.metric.distance(&own, &other)),
-                _ => None,
+        keys.iter()
+            .map(|&key| {
+                index.get(key, &mut own).ok().filter(|&n| n == 1)?;
+                let n = index.neighbors(key, 0).drain_into(&mut links);
+                links[..n]
+                    .iter()
+                    .filter_map(|&k| match index.get(k, &mut other) {
+                        Ok(1) => Some(self.metric.distance(&own, &other)),
+                        _ => None,
+                    })
+                    .min_by(f32::total_cmp)
             })
-            .min_by(f32::total_cmp)
+            .collect()
     }
 
     fn strays_mut(&self) -> RwLockWriteGuard<'_, Vec<u64>> {

@@ -18,8 +18,14 @@ use crate::error::Result;
 #[cfg(test)]
 use crate::pipeline::Metric;
 
-/// `nearest_people`'s breadth for an exact scan.
-pub const EXACT: usize = usize::MAX;
+/// How wide `nearest_people` looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breadth {
+    /// The graph, at least this many hits wide (0: as the index is set).
+    Graph(usize),
+    /// A scan of every vector.
+    Exact,
+}
 
 /// A person near a query: the name and the full distance of its nearest
 /// entry.
@@ -175,27 +181,24 @@ impl Live {
     }
 
     /// Up to `top_k` people nearest to `query`, nearest first, one entry per
-    /// person (its nearest embedding). The graph is searched at least
-    /// `breadth` hits wide; `breadth` EXACT scans every vector instead.
+    /// person (its nearest embedding), looked for as wide as `breadth`.
     pub fn nearest_people(
         &self,
         query: &[f32],
         top_k: usize,
-        breadth: usize,
+        breadth: Breadth,
     ) -> Result<Vec<Candidate>> {
         let total = self.index.len();
         // Several embeddings of one person can fill the first hits: ask for
         // more until `top_k` people are found or the index has no more.
-        let exact = breadth == EXACT;
         let mut count = (top_k * 4).max(16);
-        if !exact {
-            count = count.max(breadth);
+        if let Breadth::Graph(wide) = breadth {
+            count = count.max(wide);
         }
         loop {
-            let hits = if exact {
-                self.index.nearest_exact(query, count.min(total))?
-            } else {
-                self.index.nearest(query, count.min(total))?
+            let hits = match breadth {
+                Breadth::Exact => self.index.nearest_exact(query, count.min(total))?,
+                Breadth::Graph(_) => self.index.nearest(query, count.min(total))?,
             };
             let people = self.people_in(&hits, top_k);
             if people.len() == top_k || hits.len() < count || count >= total {
@@ -354,9 +357,14 @@ mod tests {
         let rows = [(1, "a"), (2, "a"), (3, "a"), (4, "b"), (10, "c")];
         l.add_own(rows.iter().map(|&(id, n)| s(id, id, n)).collect())
             .unwrap();
-        let near = l.nearest_people(&[0.0], 2, 0).unwrap();
+        let near = l.nearest_people(&[0.0], 2, Breadth::Graph(0)).unwrap();
         let got: Vec<(&str, f32)> = near.iter().map(|c| (c.name.as_str(), c.distance)).collect();
         assert_eq!(got, vec![("a", 1.0), ("b", 4.0)]);
-        assert_eq!(l.nearest_people(&[0.0], 100, 0).unwrap().len(), 3);
+        assert_eq!(
+            l.nearest_people(&[0.0], 100, Breadth::Graph(0))
+                .unwrap()
+                .len(),
+            3
+        );
     }
 }

@@ -34,7 +34,7 @@ pub use folder::gallery_images;
 use follow::Following;
 use index::VectorIndex;
 pub use live::Candidate;
-use live::Live;
+use live::{Breadth, Live};
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use saved::Saved;
 pub use store::Named;
@@ -299,7 +299,9 @@ impl Gallery {
     pub fn best_match(&self, embedding: &[f32], threshold: f32, top_k: usize) -> Result<Match> {
         self.check_dim(embedding)?;
         let wanted = top_k.max(1);
-        let mut candidates = self.live.nearest_people(embedding, wanted, 0)?;
+        let mut candidates = self
+            .live
+            .nearest_people(embedding, wanted, Breadth::Graph(0))?;
         let named = |c: &[Candidate]| c.first().is_some_and(|b| b.distance <= threshold);
         if !named(&candidates) && self.live.approximate() {
             // A face far from everyone is where a graph search strays (the
@@ -308,9 +310,9 @@ impl Gallery {
             // about 14 ms at 100,000 (over uniform random vectors the graph
             // missed a planted face at 100,000 even 512 wide).
             let breadth = if self.len() <= EXACT_RETRY_UP_TO {
-                live::EXACT
+                Breadth::Exact
             } else {
-                WIDER_SEARCH
+                Breadth::Graph(WIDER_SEARCH)
             };
             candidates = self.live.nearest_people(embedding, wanted, breadth)?;
         }

@@ -57,9 +57,7 @@ impl BackendHandle {
         let mut message = ptr::null_mut();
         call!(api.TRITONBACKEND_BackendConfig(self.0, &mut message))?;
         // Triton owns this message: read, not deleted.
-        let serialized = serialize(message);
-        serde_json::from_slice(&serialized?)
-            .map_err(|e| Error::internal(format!("backend configuration is not JSON: {e}")))
+        json(&serialize(message)?, "backend configuration")
     }
 }
 
@@ -70,6 +68,10 @@ fn serialize(message: *mut sys::TRITONSERVER_Message) -> Result<Vec<u8>> {
     call!(api.TRITONSERVER_MessageSerializeToJson(message, &mut base, &mut size))?;
     // SAFETY: the server says `base` holds `size` bytes until the message is deleted.
     Ok(unsafe { std::slice::from_raw_parts(base as *const u8, size) }.to_vec())
+}
+
+fn json(bytes: &[u8], what: &str) -> Result<serde_json::Value> {
+    serde_json::from_slice(bytes).map_err(|e| Error::internal(format!("{what} is not JSON: {e}")))
 }
 
 /// An artifact location, which must be a local folder.
@@ -148,8 +150,7 @@ impl ModelHandle {
         // Ours to delete, read or not.
         let serialized = serialize(message);
         call!(api.TRITONSERVER_MessageDelete(message))?;
-        serde_json::from_slice(&serialized?)
-            .map_err(|e| Error::internal(format!("model configuration is not JSON: {e}")))
+        json(&serialized?, "model configuration")
     }
 
     pub fn attach_state<T: Any + Send + Sync>(&self, value: T) -> Result<()> {
