@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use triton_face::gallery::index::{ScalarKind, Shape, VectorIndex, SHAPE};
+use triton_face::gallery::index::{shape, ScalarKind, Shape, VectorIndex};
 use triton_face::pipeline::Metric;
 
 struct Data {
@@ -149,18 +149,20 @@ fn main() {
         .split(',')
         .map(|x| x.parse().expect("--ef numbers"))
         .collect();
+    let d = load(&dir);
+    let ours = shape(d.metric);
     let shape = Shape {
-        connectivity: flag("--m").map_or(SHAPE.connectivity, |x| x.parse().expect("--m")),
-        expansion_add: flag("--efc").map_or(SHAPE.expansion_add, |x| x.parse().expect("--efc")),
+        connectivity: flag("--m").map_or(ours.connectivity, |x| x.parse().expect("--m")),
+        expansion_add: flag("--efc").map_or(ours.expansion_add, |x| x.parse().expect("--efc")),
         quantization: match flag("--quant").as_deref() {
-            None | Some("f16") => ScalarKind::F16,
+            None => ours.quantization,
+            Some("f16") => ScalarKind::F16,
             Some("bf16") => ScalarKind::BF16,
             Some("f32") => ScalarKind::F32,
             Some("i8") => ScalarKind::I8,
             Some(q) => panic!("--quant {q}: f16, bf16, f32 or i8"),
         },
     };
-    let d = load(&dir);
     let before = rss_mib();
     let t = Instant::now();
     let saved = flag("--index").map(PathBuf::from);
@@ -206,7 +208,7 @@ fn main() {
     if args.iter().any(|a| a == "--exact-too") {
         row(
             "usearch-exact",
-            "f16 scan".into(),
+            format!("{:?} scan", shape.quantization),
             measure(&d, &index, true),
         );
     }

@@ -1,21 +1,24 @@
 //! The gallery's vectors and the search over them: a `usearch` index (HNSW
-//! graph, vectors stored once, contiguously per node, as f16). Small galleries
-//! are searched exactly (a scan of the same vectors), large ones through the
+//! graph, vectors stored once, contiguously per node). Small galleries are
+//! searched exactly (a scan of the same vectors), large ones through the
 //! graph. Whatever the index returns is re-ranked by the full distance of our
 //! own `Metric`, so an approximation can miss a candidate but never misreport
 //! one's distance.
 //!
-//! Why f16: 1,000,000 people of 512 values take 1 GiB (f32 would take 2 GiB);
-//! a distance computed from f16 values differs from the f32 one by about
+//! Precision: two bytes per value, 1 GiB for 1,000,000 people of 512 values
+//! (f32 would take 2 GiB). Cosine galleries split them (`split.rs`): the
+//! graph walks i8 (half the bytes, usearch's fastest kernel) and the re-rank
+//! restores each candidate to within 3e-5 per value. Euclidean galleries
+//! (dlib's vectors, not unit length, which i8 would turn into directions)
+//! hold f16: a distance from f16 values differs from the f32 one by about
 //! 1e-4, far below the 3 decimals answers carry and the gaps between people.
-//! i8 would clip dlib's vectors, which are not unit length.
 //!
 //! Strays: a node far from all others can lose every link that leads to it
 //! as closer nodes arrive (HNSW prunes links for diversity), and then no
 //! search finds it, however wide. Measured: a real face among a million
-//! synthetic people (no link led to it). Nodes that few links lead to are
-//! taken for strays: counted over the whole graph at load, and for each
-//! vector inserted alone. Every graph search scans the strays too (a few
+//! synthetic people (no link led to it). Nodes that few links lead to, and
+//! nodes far from their nearest neighbour, are taken for strays: found over
+//! the whole graph at load, and checked for each vector inserted alone. Every graph search scans the strays too (a few
 //! hundred vectors at a million: tens of microseconds).
 //!
 //! Concurrency: searches share a read lock; each insertion or removal takes
@@ -24,6 +27,9 @@
 //! readers for one insertion at most.
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::BufWriter;
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -31,6 +37,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use usearch::ScalarKind;
 use usearch::{Index, IndexOptions, MetricKind};
 
+use super::split::{self, Fine};
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
 
@@ -40,25 +47,28 @@ pub const EXACT_UP_TO: usize = 20_000;
 /// HNSW parameters: neighbours per node, and the breadth of the search when
 /// inserting and when querying (measured in the matching bench).
 const CONNECTIVITY: usize = 16;
-const EXPANSION_ADD: usize = 64;
+const EXPANSION_ADD: usize = 128;
 pub const EXPANSION_SEARCH: usize = 128;
 /// A node that at most this many base-level links lead to is a stray (the
 /// average is 2 x CONNECTIVITY); at most this many strays, fewest links
 /// first (scanning them costs about 2 ms at the limit).
 const FEW_LINKS_IN: u32 = 4;
-/// A node with at most SOME_LINKS_IN links in is a stray too when it is
-/// isolated: its nearest neighbour ISOLATED times as far as a typical
-/// node's, measured on SAMPLE nodes. A query near it is far from all the
-/// others, so no step of a search leads towards it (a loner with 5 or 6
-/// links in was missed in the unit test).
-const SOME_LINKS_IN: u32 = 8;
-const ISOLATED: f32 = 2.0;
+/// A node is a stray too when it is isolated, however many links lead to
+/// it: its nearest neighbour ISOLATED times as far as a typical node's,
+/// measured on SAMPLE nodes. A query near it is far from all the others, so
+/// no step of a search leads towards it (the unit test's loner, 40 times as
+/// far with 13 links in, was missed). Not less: in the clustered bench
+/// gallery a fifth of the people, alone in theirs, are 3.4 times as far and
+/// found.
+const ISOLATED: f32 = 4.0;
 const SAMPLE: usize = 1000;
 const MAX_STRAYS: usize = 10_000;
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
 /// The first capacity; it doubles as the gallery grows.
 const FIRST_CAPACITY: usize = 1024;
+/// An exact scan of i8 vectors re-ranks this many more than asked for.
+const RERANK_MORE: usize = 32;
 
 /// One candidate: the entry's key and its full distance to the query.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -68,7 +78,7 @@ pub struct Hit {
 }
 
 pub struct VectorIndex {
-    inner: RwLock<Index>,
+    inner: RwLock<Graph>,
     /// Keys no graph search can reach (see `find_strays`), scanned at every
     /// search; changed only under `inner`'s write lock.
     strays: RwLock<Vec<u64>>,
@@ -88,53 +98,104 @@ pub struct Shape {
     pub quantization: ScalarKind,
 }
 
-pub const SHAPE: Shape = Shape {
-    connectivity: CONNECTIVITY,
-    expansion_add: EXPANSION_ADD,
-    quantization: ScalarKind::F16,
-};
-
-fn options(metric: Metric, dim: usize) -> IndexOptions {
-    options_shaped(metric, dim, SHAPE)
+/// The gallery's shape: i8 split for cosine, f16 for Euclidean (see above).
+pub fn shape(metric: Metric) -> Shape {
+    Shape {
+        connectivity: CONNECTIVITY,
+        expansion_add: EXPANSION_ADD,
+        quantization: match metric {
+            Metric::Cosine => ScalarKind::I8,
+            Metric::Euclidean => ScalarKind::F16,
+        },
+    }
 }
 
-fn options_shaped(metric: Metric, dim: usize, shape: Shape) -> IndexOptions {
-    IndexOptions {
+fn options_shaped(metric: Metric, dim: usize, shape: Shape) -> Result<IndexOptions> {
+    let kind = match (metric, shape.quantization) {
+        // Split vectors are unit length: the inner product ranks them.
+        (Metric::Cosine, ScalarKind::I8) => MetricKind::IP,
+        (Metric::Cosine, _) => MetricKind::Cos,
+        (Metric::Euclidean, ScalarKind::I8) => {
+            return Err(failed(
+                "create",
+                "i8 keeps directions only: not for Euclidean",
+            ))
+        }
+        (Metric::Euclidean, _) => MetricKind::L2sq,
+    };
+    Ok(IndexOptions {
         dimensions: dim,
-        metric: metric_kind(metric),
+        metric: kind,
         quantization: shape.quantization,
         connectivity: shape.connectivity,
         expansion_add: shape.expansion_add,
         expansion_search: EXPANSION_SEARCH,
         multi: false,
+    })
+}
+
+/// usearch's index and, for split vectors, their fine bytes: one lock
+/// guards both.
+struct Graph {
+    index: Index,
+    fine: Option<Fine>,
+}
+
+impl Deref for Graph {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        &self.index
     }
 }
 
-fn metric_kind(metric: Metric) -> MetricKind {
-    match metric {
-        Metric::Cosine => MetricKind::Cos,
-        Metric::Euclidean => MetricKind::L2sq,
+impl Graph {
+    /// Add `vector` under `key` (split first when the index is i8; its fine
+    /// bytes are put by the caller, who holds the write lock).
+    fn add(&self, key: u64, vector: &[f32], coarse: &mut [i8], fine: &mut [i8]) -> Result<()> {
+        let added = match self.fine {
+            Some(_) => {
+                split::split(vector, coarse, fine);
+                self.index.add(key, coarse)
+            }
+            None => self.index.add(key, vector),
+        };
+        added.map_err(|e| failed("insert", e))
+    }
+
+    /// `key`'s vector as stored (split ones restored); false when absent.
+    fn full(&self, key: u64, out: &mut [f32], coarse: &mut [i8]) -> bool {
+        match &self.fine {
+            None => matches!(self.index.get(key, out), Ok(1)),
+            Some(fine) => match (self.index.get(key, coarse), fine.get(key)) {
+                (Ok(1), Some(f)) => {
+                    split::join(coarse, f, out);
+                    true
+                }
+                _ => false,
+            },
+        }
     }
 }
 
 impl VectorIndex {
     pub fn new(metric: Metric, dim: usize) -> Result<Self> {
-        Self::shaped(metric, dim, SHAPE)
+        Self::shaped(metric, dim, shape(metric))
     }
 
     /// An empty index of another shape (the bench compares shapes).
     pub fn shaped(metric: Metric, dim: usize, shape: Shape) -> Result<Self> {
-        let opts = options_shaped(metric, dim, shape);
+        let opts = options_shaped(metric, dim, shape)?;
         let index = Index::new(&opts).map_err(|e| failed("create", e))?;
         index
             .reserve_capacity_and_threads(FIRST_CAPACITY, threads())
             .map_err(|e| failed("reserve", e))?;
-        Ok(Self::around(index, metric, dim))
+        let fine = (shape.quantization == ScalarKind::I8).then(|| Fine::new(dim));
+        Ok(Self::around(Graph { index, fine }, metric, dim))
     }
 
-    fn around(index: Index, metric: Metric, dim: usize) -> Self {
+    fn around(graph: Graph, metric: Metric, dim: usize) -> Self {
         VectorIndex {
-            inner: RwLock::new(index),
+            inner: RwLock::new(graph),
             strays: RwLock::new(Vec::new()),
             typical_nearest: AtomicU32::new(0),
             metric,
@@ -144,7 +205,7 @@ impl VectorIndex {
     }
 
     /// An index saved by `save`; an error when the file is not one of
-    /// `metric` and `dim` vectors in f16.
+    /// `metric` and `dim` vectors in this build's shape.
     pub fn load(path: &Path, metric: Metric, dim: usize) -> Result<Self> {
         let shown = path.display();
         let path_str = path
@@ -152,7 +213,7 @@ impl VectorIndex {
             .ok_or_else(|| failed("load", "path is not UTF-8"))?;
         let meta =
             Index::metadata(path_str).map_err(|e| failed("load", format!("{shown}: {e}")))?;
-        let ours = options(metric, dim);
+        let ours = options_shaped(metric, dim, shape(metric))?;
         if meta.dimensions != dim as u64
             || meta.metric != ours.metric
             || meta.quantization != ours.quantization
@@ -171,17 +232,44 @@ impl VectorIndex {
         index
             .reserve_capacity_and_threads(capacity, threads())
             .map_err(|e| failed("reserve", e))?;
-        Ok(Self::around(index, metric, dim))
+        // usearch reads its own bytes and stops: the fine bytes follow them.
+        let fine = match ours.quantization {
+            ScalarKind::I8 => {
+                let fine = File::open(path)
+                    .and_then(|mut f| Fine::read_from(&mut f, dim))
+                    .map_err(|e| failed("load", format!("{shown}: {e}")))?;
+                if fine.len() != index.size() {
+                    return Err(failed(
+                        "load",
+                        format!("{shown}: fine bytes of another index"),
+                    ));
+                }
+                Some(fine)
+            }
+            _ => None,
+        };
+        Ok(Self::around(Graph { index, fine }, metric, dim))
     }
 
     /// Write the index to `path` (searches go on; changes wait).
     pub fn save(&self, path: &Path) -> Result<()> {
+        let shown = path.display();
         let path_str = path
             .to_str()
             .ok_or_else(|| failed("save", "path is not UTF-8"))?;
-        self.read()
+        let graph = self.read();
+        graph
             .save(path_str)
-            .map_err(|e| failed("save", format!("{}: {e}", path.display())))
+            .map_err(|e| failed("save", format!("{shown}: {e}")))?;
+        if let Some(fine) = &graph.fine {
+            let appended = OpenOptions::new().append(true).open(path).and_then(|f| {
+                let mut out = BufWriter::new(f);
+                fine.write_to(&mut out)?;
+                out.into_inner().map_err(|e| e.into_error())?.sync_all()
+            });
+            appended.map_err(|e| failed("save", format!("{shown}: {e}")))?;
+        }
+        Ok(())
     }
 
     /// The SIMD kernels usearch runs on this CPU.
@@ -202,11 +290,11 @@ impl VectorIndex {
 
     // A panic while a lock was held leaves usearch as consistent as its own
     // calls leave it (each returns or throws whole): poisoned locks are used.
-    fn read(&self) -> RwLockReadGuard<'_, Index> {
+    fn read(&self) -> RwLockReadGuard<'_, Graph> {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Index> {
+    fn write(&self) -> RwLockWriteGuard<'_, Graph> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -225,13 +313,14 @@ impl VectorIndex {
 
     /// Bytes the index holds (vectors, graph, lookup tables).
     pub fn memory(&self) -> usize {
-        self.read().memory_usage()
+        let graph = self.read();
+        graph.memory_usage() + graph.fine.as_ref().map_or(0, Fine::memory)
     }
 
     /// Add `vector` under `key`; `false` when the key is there already.
     pub fn insert(&self, key: u64, vector: &[f32]) -> Result<bool> {
         self.check(vector)?;
-        let index = self.write();
+        let mut index = self.write();
         if index.contains(key) {
             return Ok(false);
         }
@@ -241,7 +330,11 @@ impl VectorIndex {
                 .reserve_capacity_and_threads(grown, threads())
                 .map_err(|e| failed("grow", e))?;
         }
-        index.add(key, vector).map_err(|e| failed("insert", e))?;
+        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0i8; self.dim]);
+        index.add(key, vector, &mut coarse, &mut fine)?;
+        if let Some(f) = index.fine.as_mut() {
+            f.put(key, &fine);
+        }
         if index.size() > self.exact_up_to && self.is_stray(&index, key, links_back(&index, key)) {
             let mut strays = self.strays_mut();
             if strays.len() < MAX_STRAYS {
@@ -254,8 +347,8 @@ impl VectorIndex {
     /// Find the strays among `keys` (every key the index holds): the nodes
     /// that at most `FEW_LINKS_IN` base-level links lead to (at a million
     /// clustered people 232 nodes, among them the real face no search
-    /// found), fewest first, at most `MAX_STRAYS`. How many. One pass over
-    /// the links: about 3 s at a million on 2 cores.
+    /// found) and the isolated ones, fewest links first, at most
+    /// `MAX_STRAYS`. How many. Two passes over the links, on every core.
     pub fn find_strays(&self, keys: &[u64]) -> usize {
         let index = self.read();
         let mut strays = self.strays_mut();
@@ -267,7 +360,7 @@ impl VectorIndex {
         let step = keys.len().div_ceil(SAMPLE).max(1);
         let sampled: Vec<u64> = keys.iter().step_by(step).copied().collect();
         let mut sample: Vec<f32> = self
-            .nearest_links(&index, &sampled)
+            .nearest_links(&index, &sampled, f32::NEG_INFINITY)
             .into_iter()
             .flatten()
             .collect();
@@ -275,56 +368,51 @@ impl VectorIndex {
         let typical = sample.get(sample.len() / 2).copied().unwrap_or(0.0);
         self.typical_nearest
             .store(typical.to_bits(), Ordering::Relaxed);
-        // Only nodes with few links in can be strays: their distances, on
-        // every core.
-        // (links in, key)
-        type Linked = Vec<(u32, u64)>;
-        let (mut few, some): (Linked, Linked) = keys
+        // Every node is checked for isolation, but each stops at the first
+        // neighbour within the limit: about one distance per node.
+        let limit = ISOLATED * typical;
+        let nearest = match typical > 0.0 {
+            true => self.nearest_links(&index, keys, limit),
+            false => vec![None; keys.len()],
+        };
+        // (links in, key), fewest links first
+        let mut found: Vec<(u32, u64)> = keys
             .iter()
             .zip(&links_in)
-            .filter(|(_, &n)| n <= SOME_LINKS_IN)
-            .map(|(&k, &n)| (n, k))
-            .partition(|&(n, _)| n <= FEW_LINKS_IN);
-        let some_keys: Vec<u64> = some.iter().map(|&(_, k)| k).collect();
-        let isolated = self.nearest_links(&index, &some_keys);
-        few.extend(
-            some.into_iter()
-                .zip(isolated)
-                .filter(|(_, d)| typical > 0.0 && d.is_some_and(|d| d > ISOLATED * typical))
-                .map(|(nk, _)| nk),
-        );
-        few.sort_unstable();
-        strays.extend(few.iter().take(MAX_STRAYS).map(|&(_, k)| k));
+            .zip(&nearest)
+            .filter(|((_, &n), d)| n <= FEW_LINKS_IN || d.is_some_and(|d| d > limit))
+            .map(|((&k, &n), _)| (n, k))
+            .collect();
+        found.sort_unstable();
+        strays.extend(found.iter().take(MAX_STRAYS).map(|&(_, k)| k));
         strays.len()
     }
 
     /// Whether `key`, which `links` base-level links lead to, is a stray.
-    fn is_stray(&self, index: &Index, key: u64, links: u32) -> bool {
+    fn is_stray(&self, index: &Graph, key: u64, links: u32) -> bool {
         if links <= FEW_LINKS_IN {
             return true;
         }
-        let typical = f32::from_bits(self.typical_nearest.load(Ordering::Relaxed));
-        links <= SOME_LINKS_IN
-            && typical > 0.0
+        let limit = ISOLATED * f32::from_bits(self.typical_nearest.load(Ordering::Relaxed));
+        limit > 0.0
             && self
-                .nearest_link(index, key)
-                .is_some_and(|d| d > ISOLATED * typical)
+                .nearest_links_of(index, &[key], limit)
+                .pop()
+                .flatten()
+                .is_some_and(|d| d > limit)
     }
 
-    /// The distance from `key` to the nearest of its base-level neighbours.
-    fn nearest_link(&self, index: &Index, key: u64) -> Option<f32> {
-        self.nearest_links(index, &[key]).pop().flatten()
-    }
-
-    /// `nearest_link` of each of `keys`, on every core.
-    fn nearest_links(&self, index: &Index, keys: &[u64]) -> Vec<Option<f32>> {
+    /// For each of `keys`, the distance to the nearest of its base-level
+    /// neighbours, or the first found at most `enough` (when only whether
+    /// it is above `enough` matters); on every core.
+    fn nearest_links(&self, index: &Graph, keys: &[u64], enough: f32) -> Vec<Option<f32>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let chunk = keys.len().div_ceil(cores).max(1);
         std::thread::scope(|scope| {
             let workers: Vec<_> = keys
                 .chunks(chunk)
                 .map(|part| {
-                    let worker = scope.spawn(move || self.nearest_links_of(index, part));
+                    let worker = scope.spawn(move || self.nearest_links_of(index, part, enough));
                     (part.len(), worker)
                 })
                 .collect();
@@ -336,20 +424,27 @@ impl VectorIndex {
         })
     }
 
-    fn nearest_links_of(&self, index: &Index, keys: &[u64]) -> Vec<Option<f32>> {
+    fn nearest_links_of(&self, index: &Graph, keys: &[u64], enough: f32) -> Vec<Option<f32>> {
         let (mut own, mut other) = (vec![0.0f32; self.dim], vec![0.0f32; self.dim]);
+        let mut coarse = vec![0i8; self.dim];
         let mut links = vec![0u64; 4 * CONNECTIVITY];
         keys.iter()
             .map(|&key| {
-                index.get(key, &mut own).ok().filter(|&n| n == 1)?;
+                if !index.full(key, &mut own, &mut coarse) {
+                    return None;
+                }
                 let n = index.neighbors(key, 0).drain_into(&mut links);
-                links[..n]
-                    .iter()
-                    .filter_map(|&k| match index.get(k, &mut other) {
-                        Ok(1) => Some(self.metric.distance(&own, &other)),
-                        _ => None,
-                    })
-                    .min_by(f32::total_cmp)
+                let mut nearest: Option<f32> = None;
+                for &k in &links[..n] {
+                    if index.full(k, &mut other, &mut coarse) {
+                        let d = self.metric.distance(&own, &other);
+                        nearest = Some(nearest.map_or(d, |m| m.min(d)));
+                        if d <= enough {
+                            break;
+                        }
+                    }
+                }
+                nearest
             })
             .collect()
     }
@@ -363,20 +458,34 @@ impl VectorIndex {
     /// present already are passed over. How many were added.
     pub fn insert_all(&self, items: &[(u64, &[f32])]) -> Result<usize> {
         items.iter().try_for_each(|(_, v)| self.check(v))?;
-        let index = self.write();
+        let mut index = self.write();
         let wanted = index.size() + items.len();
         if wanted > index.capacity() {
             index
                 .reserve_capacity_and_threads(wanted, threads())
                 .map_err(|e| failed("grow", e))?;
         }
+        let mut seen = std::collections::HashSet::with_capacity(items.len());
+        let fresh: Vec<(u64, &[f32])> = items
+            .iter()
+            .filter(|(k, _)| !index.contains(*k) && seen.insert(*k))
+            .copied()
+            .collect();
+        let dim = self.dim;
+        if let Some(fine) = index.fine.as_mut() {
+            let (mut coarse, mut bytes) = (vec![0i8; dim], vec![0i8; dim]);
+            for (key, vector) in &fresh {
+                split::split(vector, &mut coarse, &mut bytes);
+                fine.put(*key, &bytes);
+            }
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let chunk = items.len().div_ceil(cores).max(1);
+        let chunk = fresh.len().div_ceil(cores).max(1);
         let index = &*index;
         let added: Result<Vec<usize>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = items
+            let workers: Vec<_> = fresh
                 .chunks(chunk)
-                .map(|part| scope.spawn(move || insert_part(index, part)))
+                .map(|part| scope.spawn(move || insert_part(index, part, dim)))
                 .collect();
             workers
                 .into_iter()
@@ -395,19 +504,21 @@ impl VectorIndex {
 
     /// Remove `key`'s vector (nothing when it is not there).
     pub fn remove(&self, key: u64) -> Result<()> {
-        let index = self.write();
+        let mut index = self.write();
         index.remove(key).map_err(|e| failed("remove", e))?;
+        if let Some(fine) = index.fine.as_mut() {
+            fine.remove(key);
+        }
         self.strays_mut().retain(|&k| k != key);
         Ok(())
     }
 
-    /// The vector stored under `key` (as stored: f16, widened).
+    /// The vector stored under `key` (as stored: f16 widened, or a split
+    /// one restored to unit length).
     pub fn vector(&self, key: u64) -> Option<Vec<f32>> {
         let mut out = vec![0.0f32; self.dim];
-        match self.read().get(key, &mut out) {
-            Ok(1) => Some(out),
-            _ => None,
-        }
+        let mut coarse = vec![0i8; self.dim];
+        self.read().full(key, &mut out, &mut coarse).then_some(out)
     }
 
     /// About `count` entries nearest to `query`, nearest first, each with
@@ -428,10 +539,20 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
-        let found = if exact {
-            index.exact_search(query, count)
-        } else {
-            index.search(query, count)
+        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0i8; self.dim]);
+        let found = match (&index.fine, exact) {
+            // The i8 ranking may order near ties wrongly: the re-rank below
+            // sees RERANK_MORE more of them.
+            (Some(_), true) => {
+                split::split(query, &mut coarse, &mut fine);
+                index.exact_search(&coarse, count + RERANK_MORE)
+            }
+            (Some(_), false) => {
+                split::split(query, &mut coarse, &mut fine);
+                index.search(&coarse, count)
+            }
+            (None, true) => index.exact_search(query, count),
+            (None, false) => index.search(query, count),
         }
         .map_err(|e| failed("search", e))?;
         let mut keys = found.keys;
@@ -443,7 +564,7 @@ impl VectorIndex {
         let mut stored = vec![0.0f32; self.dim];
         let mut hits = Vec::with_capacity(keys.len());
         for &key in &keys {
-            if let Ok(1) = index.get(key, &mut stored) {
+            if index.full(key, &mut stored, &mut coarse) {
                 let distance = self.metric.distance(&stored, query);
                 hits.push(Hit { key, distance });
             }
@@ -517,15 +638,12 @@ fn links_back(index: &Index, key: u64) -> u32 {
         .count() as u32
 }
 
-fn insert_part(index: &Index, part: &[(u64, &[f32])]) -> Result<usize> {
-    let mut added = 0;
+fn insert_part(index: &Graph, part: &[(u64, &[f32])], dim: usize) -> Result<usize> {
+    let (mut coarse, mut fine) = (vec![0i8; dim], vec![0i8; dim]);
     for &(key, vector) in part {
-        if !index.contains(key) {
-            index.add(key, vector).map_err(|e| failed("insert", e))?;
-            added += 1;
-        }
+        index.add(key, vector, &mut coarse, &mut fine)?;
     }
-    Ok(added)
+    Ok(part.len())
 }
 
 fn threads() -> usize {
@@ -640,6 +758,30 @@ mod tests {
         assert_eq!(index.nearest(&other, 1).unwrap()[0].key, 9999);
         index.remove(0).unwrap();
         assert_ne!(index.nearest(&loner, 1).unwrap()[0].key, 0);
+    }
+
+    #[test]
+    fn a_split_index_saves_and_loads_whole_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("tf-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("index");
+        let index = VectorIndex::new(Metric::Cosine, 64).unwrap();
+        for k in 0..500u64 {
+            index.insert(k, &random_unit(k, 64)).unwrap();
+        }
+        index.remove(7).unwrap();
+        index.save(&path).unwrap();
+        let back = VectorIndex::load(&path, Metric::Cosine, 64).unwrap();
+        assert_eq!(back.len(), 499);
+        let v = random_unit(42, 64);
+        let hit = back.nearest(&v, 1).unwrap()[0];
+        assert_eq!(hit.key, 42);
+        assert!(hit.distance < 1e-4, "{hit:?}");
+        assert_eq!(back.vector(7), None);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(VectorIndex::load(&path, Metric::Cosine, 64).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod index;
 mod live;
 pub mod names;
 mod saved;
+mod split;
 pub mod store;
 
 use std::collections::BTreeMap;
