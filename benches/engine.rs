@@ -31,7 +31,7 @@ use triton_face::engine::dlib::{DlibEngine, DlibSettings};
 use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
-use triton_face::pipeline::Frame;
+use triton_face::pipeline::{Frame, Wanted};
 
 const MAX_PIXELS: u64 = 40_000_000;
 const MAX_FACES: usize = 64;
@@ -61,11 +61,16 @@ fn decode(jpeg: &[u8], max_pixels: u64) -> Frame {
 }
 
 fn analyze(engine: &mut dyn Engine, frame: &Frame, max_faces: usize) -> usize {
-    let mut results = engine.analyze(&[frame], max_faces);
+    analyze_wanted(engine, frame, Wanted::all(max_faces))
+}
+
+fn analyze_wanted(engine: &mut dyn Engine, frame: &Frame, wanted: Wanted) -> usize {
+    let mut results = engine.analyze(&[(frame, wanted)]);
     results
         .pop()
         .expect("one result per frame")
         .expect("analyze")
+        .faces
         .len()
 }
 
@@ -171,6 +176,14 @@ fn engine_benches(
         .sample_size(10)
         .measurement_time(Duration::from_secs(seconds));
     group.bench_function("analyze", |b| b.iter(|| analyze(engine, frame, max_faces)));
+    // The request parameter detect_only: boxes and landmarks, no embedding.
+    let detect_only = Wanted {
+        embeddings: false,
+        ..Wanted::all(max_faces)
+    };
+    group.bench_function("analyze detect_only", |b| {
+        b.iter(|| analyze_wanted(engine, frame, detect_only))
+    });
     group.bench_function("decode+analyze", |b| {
         b.iter(|| analyze(engine, &decode(jpeg, max_pixels), max_faces))
     });

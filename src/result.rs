@@ -93,6 +93,35 @@ pub struct ImageDoc {
     pub sequence: Option<SequenceDoc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
+    /// With the request parameter `timings`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings_ms: Option<TimingsDoc>,
+}
+
+/// Milliseconds this image spent in each stage (its own, never a share of
+/// the batch's: each image runs through the engine on its own).
+#[derive(Serialize, Debug, PartialEq)]
+pub struct TimingsDoc {
+    pub decode: f64,
+    pub detection: f64,
+    pub landmarks: f64,
+    pub embedding: f64,
+    pub matching: f64,
+}
+
+/// A face against the request's REFERENCE embedding.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct VerificationDoc {
+    pub distance: f32,
+    pub same_person: bool,
+}
+
+/// A face's name in the gallery (none with `detect_only`).
+#[derive(Serialize, Debug)]
+pub struct NamingDoc {
+    #[serde(serialize_with = "name_or_unknown")]
+    pub name: Option<String>,
+    pub distance: Option<f32>,
 }
 
 #[derive(Serialize, Debug)]
@@ -117,15 +146,17 @@ pub struct BoxDoc {
     pub bottom: i64,
 }
 
+/// One face. A face of an EMBEDDING request has no box, score or landmarks.
 #[derive(Serialize, Debug)]
 pub struct FaceDoc {
-    #[serde(rename = "box")]
-    pub bbox: BoxDoc,
-    pub score: Option<f32>,
-    pub landmarks: Vec<[f32; 2]>,
-    #[serde(serialize_with = "name_or_unknown")]
-    pub name: Option<String>,
-    pub distance: Option<f32>,
+    #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
+    pub bbox: Option<BoxDoc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<Option<f32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub landmarks: Option<Vec<[f32; 2]>>,
+    #[serde(flatten)]
+    pub naming: Option<NamingDoc>,
     /// With the request parameter `top_k`: the nearest people, one entry
     /// each, nearest first, whether within the threshold or not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -135,6 +166,12 @@ pub struct FaceDoc {
     /// Sequence models: the face's track, stable within the sequence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub track: Option<u32>,
+    /// With REFERENCE: this face against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationDoc>,
+    /// With `return_crops`: the aligned face the embedder sees, base64 PNG.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crop: Option<String>,
 }
 
 #[derive(Serialize, Debug, PartialEq)]
@@ -169,30 +206,49 @@ pub struct ForgottenDoc {
 }
 
 impl FaceDoc {
-    pub fn new(face: &Face, matched: &Match, with_embedding: bool, with_candidates: bool) -> Self {
+    /// A face; `matched` is None with `detect_only`.
+    pub fn new(
+        face: &Face,
+        matched: Option<&Match>,
+        with_embedding: bool,
+        with_candidates: bool,
+    ) -> Self {
         FaceDoc {
-            bbox: BoxDoc {
+            bbox: Some(BoxDoc {
                 left: face.bbox.left.round() as i64,
                 top: face.bbox.top.round() as i64,
                 right: face.bbox.right.round() as i64,
                 bottom: face.bbox.bottom.round() as i64,
-            },
-            score: face.score,
-            landmarks: face.landmarks.to_vec(),
-            name: matched.name.clone(),
-            distance: matched.distance,
-            candidates: with_candidates
-                .then(|| matched.candidates.iter().map(CandidateDoc::from).collect()),
-            embedding: with_embedding.then(|| face.embedding.clone()),
+            }),
+            score: Some(face.score),
+            landmarks: Some(face.landmarks.to_vec()),
+            naming: matched.map(|m| NamingDoc {
+                name: m.name.clone(),
+                distance: m.distance,
+            }),
+            candidates: matched
+                .filter(|_| with_candidates)
+                .map(|m| m.candidates.iter().map(CandidateDoc::from).collect()),
+            embedding: (with_embedding && !face.embedding.is_empty())
+                .then(|| face.embedding.clone()),
             track: None,
+            verification: None,
+            crop: None,
         }
+    }
+
+    /// The face of an EMBEDDING request: where it is, nobody knows.
+    pub fn without_image(mut self) -> Self {
+        (self.bbox, self.score, self.landmarks) = (None, None, None);
+        self
     }
 }
 
 impl ImageDoc {
-    pub fn new(frame: &Frame, faces: Vec<FaceDoc>) -> Self {
+    /// An image's faces (an EMBEDDING request's have no image).
+    pub fn new(frame: Option<&Frame>, faces: Vec<FaceDoc>) -> Self {
         ImageDoc {
-            image: Some(ImageInfo {
+            image: frame.map(|frame| ImageInfo {
                 width: frame.width,
                 height: frame.height,
             }),
@@ -305,6 +361,7 @@ mod tests {
             score: None,
             landmarks: [[1.0, 1.0]; 5],
             embedding: vec![0.5, 0.25],
+            crop: None,
         };
         let m = Match {
             name: None,
@@ -314,7 +371,10 @@ mod tests {
                 distance: 0.7,
             }],
         };
-        let doc = ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, false, false)]);
+        let doc = ImageDoc::new(
+            Some(&frame),
+            vec![FaceDoc::new(&face, Some(&m), false, false)],
+        );
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["image"], serde_json::json!({"width": 4, "height": 3}));
         let f = &v["faces"][0];
@@ -337,8 +397,11 @@ mod tests {
             added: true,
             gallery_size: 3,
         };
-        let doc =
-            ImageDoc::new(&frame, vec![FaceDoc::new(&face, &m, true, true)]).with_enrolled(&e);
+        let doc = ImageDoc::new(
+            Some(&frame),
+            vec![FaceDoc::new(&face, Some(&m), true, true)],
+        )
+        .with_enrolled(&e);
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["enrolled"]["gallery_size"], 3);
         assert_eq!(
@@ -346,6 +409,24 @@ mod tests {
             serde_json::json!([{"name": "bob", "distance": 0.7}])
         );
         assert_eq!(v["faces"][0]["embedding"], serde_json::json!([0.5, 0.25]));
+
+        // detect_only: no name, no distance; an EMBEDDING request: no box.
+        let v: serde_json::Value = serde_json::from_slice(
+            &ImageDoc::new(Some(&frame), vec![FaceDoc::new(&face, None, false, true)]).to_json(),
+        )
+        .unwrap();
+        let f = &v["faces"][0];
+        assert!(
+            f.get("name").is_none() && f.get("distance").is_none() && f.get("candidates").is_none()
+        );
+        assert_eq!(f["landmarks"].as_array().unwrap().len(), 5);
+        let alone = FaceDoc::new(&face, Some(&m), false, false).without_image();
+        let v: serde_json::Value =
+            serde_json::from_slice(&ImageDoc::new(None, vec![alone]).to_json()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"faces": [{"name": "unknown", "distance": 0.7}]})
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Per-sequence state for stateful models (Triton's sequence batcher): one
 //! state per correlation ID, opened by START, dropped at END or when idle too
 //! long (Triton sends no signal on its own timeout). Faces are grouped into
-//! tracks by embedding; a track keeps a running centroid, not every
-//! embedding, and the summary keeps at most `max_frames` frames, so memory
-//! per sequence is bounded.
+//! tracks by embedding (by box overlap with the track's last box for frames
+//! sent with `detect_only`, which have none); a track keeps a running
+//! centroid and its last box, not every embedding, and the summary keeps at
+//! most `max_frames` frames, so memory per sequence is bounded.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -71,7 +72,10 @@ pub struct Observed<'a> {
 
 struct Track {
     id: u32,
+    /// Mean of its embeddings (empty until it has one).
     centroid: Vec<f32>,
+    embedded: u32,
+    last_box: BoxPx,
     seen: u32,
     votes: HashMap<Name, u32>,
     best_distance: Option<f32>,
@@ -94,9 +98,16 @@ impl Track {
     /// distance of a named sighting, the frame (up to the limit).
     fn record(&mut self, face: &Observed<'_>, frame: u64, limits: &Limits) {
         self.seen += 1;
-        let n = self.seen as f32;
-        for (c, e) in self.centroid.iter_mut().zip(face.embedding) {
-            *c += (e - *c) / n;
+        self.last_box = face.bbox;
+        if !face.embedding.is_empty() {
+            if self.centroid.len() != face.embedding.len() {
+                (self.centroid, self.embedded) = (vec![0.0; face.embedding.len()], 0);
+            }
+            self.embedded += 1;
+            let n = self.embedded as f32;
+            for (c, e) in self.centroid.iter_mut().zip(face.embedding) {
+                *c += (e - *c) / n;
+            }
         }
         *self.votes.entry(face.name.map(str::to_string)).or_default() += 1;
         if face.name.is_some() {
@@ -141,7 +152,7 @@ impl SequenceState {
             .iter()
             .zip(assigned)
             .map(|(face, track)| {
-                let ti = track.unwrap_or_else(|| self.new_track(face.embedding.len()));
+                let ti = track.unwrap_or_else(|| self.new_track(face.bbox));
                 self.tracks[ti].record(face, frame, limits);
                 self.tracks[ti].id
             })
@@ -158,15 +169,23 @@ impl SequenceState {
     }
 
     /// The existing track of each face, if any: a face joins the nearest
-    /// track within `threshold`; two faces of one frame never share a track
-    /// (closest pairs are matched first).
+    /// track within `threshold` (a face without an embedding: the track
+    /// whose last box it overlaps most, by at least `MIN_OVERLAP`); two
+    /// faces of one frame never share a track (closest pairs first).
     fn assign(&self, faces: &[Observed<'_>], metric: Metric, threshold: f32) -> Vec<Option<usize>> {
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (fi, face) in faces.iter().enumerate() {
             for (ti, track) in self.tracks.iter().enumerate() {
-                let d = metric.distance(&track.centroid, face.embedding);
-                if d <= threshold {
-                    pairs.push((d, fi, ti));
+                if face.embedding.is_empty() {
+                    let overlap = overlap(&track.last_box, &face.bbox);
+                    if overlap >= MIN_OVERLAP {
+                        pairs.push((1.0 - overlap, fi, ti));
+                    }
+                } else if track.centroid.len() == face.embedding.len() {
+                    let d = metric.distance(&track.centroid, face.embedding);
+                    if d <= threshold {
+                        pairs.push((d, fi, ti));
+                    }
                 }
             }
         }
@@ -182,10 +201,12 @@ impl SequenceState {
         face_track
     }
 
-    fn new_track(&mut self, dim: usize) -> usize {
+    fn new_track(&mut self, bbox: BoxPx) -> usize {
         self.tracks.push(Track {
             id: self.tracks.len() as u32,
-            centroid: vec![0.0; dim],
+            centroid: Vec::new(),
+            embedded: 0,
+            last_box: bbox,
             seen: 0,
             votes: HashMap::new(),
             best_distance: None,
@@ -211,6 +232,23 @@ impl SequenceState {
         }
     }
 }
+
+/// Intersection over union of two boxes (0 when either is empty).
+fn overlap(a: &BoxPx, b: &BoxPx) -> f32 {
+    let w = (a.right.min(b.right) - a.left.max(b.left)).max(0.0);
+    let h = (a.bottom.min(b.bottom) - a.top.max(b.top)).max(0.0);
+    let both = w * h;
+    let union = a.area() + b.area() - both;
+    if union > 0.0 {
+        both / union
+    } else {
+        0.0
+    }
+}
+
+/// A face without an embedding continues a track whose last box it
+/// overlaps at least this much (intersection over union).
+const MIN_OVERLAP: f32 = 0.3;
 
 /// The most frequent name; ties go to a known name, then alphabetical order.
 fn majority(votes: &HashMap<Name, u32>) -> Name {
@@ -351,6 +389,42 @@ mod tests {
         assert_eq!(sum.tracks[1].name.as_deref(), Some("biden"));
         assert_eq!(sum.tracks[2].name, None);
         assert_eq!(sum.tracks[2].best_distance, None);
+    }
+
+    #[test]
+    fn faces_without_embeddings_follow_their_box() {
+        let mut s = SequenceState::new(Instant::now());
+        let at = |left: f32| Observed {
+            embedding: &[],
+            name: None,
+            distance: None,
+            bbox: BoxPx {
+                left,
+                top: 0.0,
+                right: left + 10.0,
+                bottom: 10.0,
+            },
+        };
+        let (_, t0) = s.observe(&[at(0.0), at(50.0)], Metric::Cosine, 0.5, &LIMITS);
+        assert_eq!(t0, vec![0, 1]);
+        // Both moved a little; a third face appears far from both.
+        let (_, t1) = s.observe(
+            &[at(52.0), at(2.0), at(100.0)],
+            Metric::Cosine,
+            0.5,
+            &LIMITS,
+        );
+        assert_eq!(t1, vec![1, 0, 2]);
+        // A face with an embedding later starts the track's centroid.
+        let e = [1.0, 0.0];
+        let with = Observed {
+            embedding: &e,
+            ..at(2.0)
+        };
+        let (_, t2) = s.observe(&[with], Metric::Cosine, 0.5, &LIMITS);
+        assert_eq!(t2, vec![3], "no centroid yet to compare with");
+        let (_, t3) = s.observe(&[face(&[0.9, 0.1], None)], Metric::Cosine, 0.5, &LIMITS);
+        assert_eq!(t3, vec![3]);
     }
 
     #[test]

@@ -34,6 +34,8 @@ class Engine:
     score: tuple[float, float] | None
     # Length of `embedding` with return_embeddings: true.
     embedding_len: int
+    # Side of `crop` (return_crops): the aligned face the embedder sees.
+    crop_side: int
 
     @property
     def kind(self) -> str:
@@ -58,12 +60,12 @@ ENGINES = {
     engine.name: engine
     for engine in (
         # HOG detector (no score), 5-point landmarks, ResNet 128-d embedder.
-        Engine("dlib", "euclidean", 0.6, (0.33, 0.43), 0.81, None, 128),
+        Engine("dlib", "euclidean", 0.6, (0.33, 0.43), 0.81, None, 128, 150),
         # UltraFace RFB-320 (score >= detector_threshold 0.7), 68-point landmark model, 512-d
         # embedder; the sample models of model_repository/face_onnx.
-        Engine("onnx", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512),
+        Engine("onnx", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512, 112),
         # The same models on the tract runtime (runtime: tract).
-        Engine("onnx-tract", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512),
+        Engine("onnx-tract", "cosine", 0.5, (0.16, 0.24), 0.87, (0.7, 1.0), 512, 112),
     )
 }
 DLIB = ENGINES["dlib"]

@@ -134,11 +134,14 @@ def test_concurrent_ragged_requests(http, photos, engine):
 def test_model_metadata(http, engine):
     metadata = http.get_model_metadata(MODEL)
     inputs = {tensor["name"]: tensor for tensor in metadata["inputs"]}
-    assert set(inputs) == {"IMAGE", "ENCODED", "ENROLL", "FORGET", "LIST"}
+    assert set(inputs) == {"IMAGE", "ENCODED", "ENROLL", "FORGET", "LIST", "EMBEDDING",
+                           "REFERENCE"}
     assert (inputs["IMAGE"]["datatype"], inputs["IMAGE"]["shape"]) == ("UINT8", [-1, -1, -1, 3])
     for name in ("ENCODED", "ENROLL", "FORGET"):
         assert (inputs[name]["datatype"], inputs[name]["shape"]) == ("BYTES", [-1, 1])
     assert (inputs["LIST"]["datatype"], inputs["LIST"]["shape"]) == ("BOOL", [-1, 1])
+    for name in ("EMBEDDING", "REFERENCE"):
+        assert (inputs[name]["datatype"], inputs[name]["shape"]) == ("FP32", [-1, -1])
     assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["outputs"]] == [
         ("RESULT", "BYTES", [-1, 1])
     ]

@@ -2,15 +2,19 @@
 //! threshold), follow its sequence (if any), and render one JSON document per
 //! image (or per gallery change) into RESULT.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 
 use crate::backend::controls::Step;
 use crate::backend::job::{Analyzed, Job};
 use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
 use crate::gallery::{Enrolled, Match};
-use crate::pipeline::Face;
-use crate::result::{FaceDoc, ImageDoc, SequenceDoc};
+use crate::pipeline::image::encode_png;
+use crate::pipeline::{Analysis, Face};
+use crate::result::{FaceDoc, ImageDoc, SequenceDoc, TimingsDoc, VerificationDoc};
 use crate::sequence::{Observed, Recap, Sequences};
 use crate::triton::BytesTensor;
 
@@ -27,26 +31,30 @@ pub fn answer(
     managed: Option<Vec<ImageDoc>>,
     sequences: Option<&mut Sequences>,
 ) -> Outcome {
-    let Analyzed { job, faces } = analyzed;
+    let Analyzed { job, found } = analyzed;
     if job.is_idle() {
         // An idle slot of the sequence batcher: answer, touch nothing.
         return Ok(result_tensor(model, vec![b"{}".to_vec()]));
     }
     let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
-    let matches = name_faces(model, &job, &faces, threshold)?;
+    let named = match job.options.detect_only {
+        true => None,
+        false => Some(name_faces(model, &job, &found, threshold)?),
+    };
+    let matches = named.as_ref().map(|n| n.matches.as_slice());
     let followed = match &job.step {
         Some(step) => {
             let sequences =
                 sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
             Some(follow_sequence(
-                model, step, &faces, &matches, threshold, sequences,
+                model, step, &found, matches, threshold, sequences,
             )?)
         }
         None => None,
     };
     let mut docs = match managed {
         Some(docs) => docs,
-        None => image_docs(model, &job, &faces, &matches, enrolled),
+        None => image_docs(model, &job, &found, named.as_ref(), threshold, enrolled)?,
     };
     if let (Some(step), Some(followed)) = (&job.step, followed) {
         add_sequence(&mut docs, step, followed);
@@ -57,55 +65,111 @@ pub fn answer(
     ))
 }
 
-/// Each face of each frame named within `threshold` (the `top_k` nearest
-/// people too).
-fn name_faces(
-    model: &ModelState,
-    job: &Job,
-    faces: &[Vec<Face>],
-    threshold: f32,
-) -> Result<Vec<Vec<Match>>> {
-    let top_k = job.top_k.unwrap_or(1);
-    faces
-        .iter()
-        .map(|frame| {
-            frame
-                .iter()
-                .map(|f| model.gallery.best_match(&f.embedding, threshold, top_k))
-                .collect()
-        })
-        .collect()
+/// The gallery's answer for each face of each item, and the time it took
+/// per item.
+struct Named {
+    matches: Vec<Vec<Match>>,
+    took: Vec<Duration>,
 }
 
-/// One document per frame: its faces and their names, and the enrollment's
-/// record where there is one.
+/// Each face of each item named within `threshold` (the `top_k` nearest
+/// people too).
+fn name_faces(model: &ModelState, job: &Job, found: &[Analysis], threshold: f32) -> Result<Named> {
+    let top_k = job.top_k.unwrap_or(1);
+    let mut named = Named {
+        matches: Vec::with_capacity(found.len()),
+        took: Vec::with_capacity(found.len()),
+    };
+    for item in found {
+        let started = Instant::now();
+        let matches = item
+            .faces
+            .iter()
+            .map(|f| model.gallery.best_match(&f.embedding, threshold, top_k))
+            .collect::<Result<_>>()?;
+        named.took.push(started.elapsed());
+        named.matches.push(matches);
+    }
+    Ok(named)
+}
+
+/// One document per item: its faces, their names (unless `detect_only`),
+/// what the request's options add, and the enrollment's record where there
+/// is one.
 fn image_docs(
     model: &ModelState,
     job: &Job,
-    faces: &[Vec<Face>],
-    matches: &[Vec<Match>],
+    found: &[Analysis],
+    named: Option<&Named>,
+    threshold: f32,
     enrolled: Option<Vec<Enrolled>>,
-) -> Vec<ImageDoc> {
+) -> Result<Vec<ImageDoc>> {
     let with_embeddings = job
         .return_embeddings
         .unwrap_or(model.settings.return_embeddings);
     let mut enrolled = enrolled.map(Vec::into_iter);
-    job.frames
-        .iter()
-        .zip(faces.iter().zip(matches))
-        .map(|(frame, (faces, matches))| {
-            let docs = faces
-                .iter()
-                .zip(matches)
-                .map(|(f, m)| FaceDoc::new(f, m, with_embeddings, job.top_k.is_some()))
-                .collect();
-            let doc = ImageDoc::new(frame, docs);
-            match enrolled.as_mut().and_then(Iterator::next) {
-                Some(e) => doc.with_enrolled(&e),
-                None => doc,
-            }
-        })
-        .collect()
+    let mut docs = Vec::with_capacity(found.len());
+    for (i, item) in found.iter().enumerate() {
+        let faces = item
+            .faces
+            .iter()
+            .enumerate()
+            .map(|(k, face)| {
+                let matched = named.map(|n| &n.matches[i][k]);
+                let doc = FaceDoc::new(face, matched, with_embeddings, job.top_k.is_some());
+                extend_face(model, job, i, face, doc, threshold)
+            })
+            .collect::<Result<_>>()?;
+        let mut doc = ImageDoc::new(job.frames.get(i), faces);
+        if job.options.timings {
+            doc.timings_ms = Some(timings(job, i, item, named));
+        }
+        docs.push(match enrolled.as_mut().and_then(Iterator::next) {
+            Some(e) => doc.with_enrolled(&e),
+            None => doc,
+        });
+    }
+    Ok(docs)
+}
+
+/// What item `i`'s options add to one of its faces: no box for an
+/// EMBEDDING, the verification against REFERENCE, the crop.
+fn extend_face(
+    model: &ModelState,
+    job: &Job,
+    i: usize,
+    face: &Face,
+    mut doc: FaceDoc,
+    threshold: f32,
+) -> Result<FaceDoc> {
+    if job.embeddings.is_some() {
+        doc = doc.without_image();
+    }
+    if let Some(reference) = job.reference_of(i) {
+        let distance = model.gallery.metric().distance(&face.embedding, reference);
+        doc.verification = Some(VerificationDoc {
+            distance,
+            same_person: distance <= threshold,
+        });
+    }
+    if let Some(crop) = &face.crop {
+        let png = encode_png(crop).map_err(|e| e.context("return_crops"))?;
+        doc.crop = Some(BASE64.encode(png));
+    }
+    Ok(doc)
+}
+
+/// Item `i`'s own times: its decoding, its run through the engine, its
+/// faces' matching.
+fn timings(job: &Job, i: usize, item: &Analysis, named: Option<&Named>) -> TimingsDoc {
+    let ms = |d: Option<Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 1e6).round() / 1e3);
+    TimingsDoc {
+        decode: ms(job.decoded_in.get(i).copied()),
+        detection: ms(Some(item.stages.detection)),
+        landmarks: ms(Some(item.stages.landmarks)),
+        embedding: ms(Some(item.stages.embedding)),
+        matching: ms(named.and_then(|n| n.took.get(i).copied())),
+    }
 }
 
 /// RESULT holding one JSON document per image.
@@ -134,8 +198,8 @@ struct Followed {
 fn follow_sequence(
     model: &ModelState,
     step: &Step,
-    faces: &[Vec<Face>],
-    matches: &[Vec<Match>],
+    found: &[Analysis],
+    matches: Option<&[Vec<Match>]>,
     threshold: f32,
     sequences: &mut Sequences,
 ) -> Result<Followed> {
@@ -146,18 +210,22 @@ fn follow_sequence(
     }
     let state = sequences.get(&step.id, now)?;
     let metric = model.gallery.metric();
-    let frames = faces
+    let frames = found
         .iter()
-        .zip(matches)
-        .map(|(faces, matches)| {
-            let observed: Vec<Observed> = faces
+        .enumerate()
+        .map(|(i, item)| {
+            let observed: Vec<Observed> = item
+                .faces
                 .iter()
-                .zip(matches)
-                .map(|(f, m)| Observed {
-                    embedding: &f.embedding,
-                    name: m.name.as_deref(),
-                    distance: m.distance,
-                    bbox: f.bbox,
+                .enumerate()
+                .map(|(k, f)| {
+                    let m = matches.map(|m| &m[i][k]);
+                    Observed {
+                        embedding: &f.embedding,
+                        name: m.and_then(|m| m.name.as_deref()),
+                        distance: m.and_then(|m| m.distance),
+                        bbox: f.bbox,
+                    }
                 })
                 .collect();
             state.observe(&observed, metric, threshold, &limits)

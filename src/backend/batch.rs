@@ -11,9 +11,10 @@ use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Analyzed, Job};
 use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
+use crate::backend::settings::Settings;
 use crate::backend::spread::analyze_spread;
 use crate::error::Result;
-use crate::pipeline::{Face, Frame};
+use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::sequence::Sequences;
 use crate::triton::time::now_ns;
 use crate::triton::{log, Request};
@@ -30,13 +31,17 @@ pub struct Batch {
 
 pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Request]) -> Batch {
     let settings = &model.settings;
-    let jobs: Vec<Result<Job>> = requests.iter().map(|r| read_job(r, settings)).collect();
+    let dim = model.gallery.dim();
+    let jobs: Vec<Result<Job>> = requests
+        .iter()
+        .map(|r| read_job(r, settings, dim))
+        .collect();
     let size = jobs
         .iter()
         .map(|j| j.as_ref().map_or(1, |j| j.frames.len().max(1) as u64))
         .sum();
     let compute_start = now_ns();
-    let mut batch = analyze(state, jobs, settings.max_faces_per_image);
+    let mut batch = analyze(state, jobs, settings);
     let enrolled = enroll_batch(&model.gallery, &mut batch);
     let managed = manage_batch(&model.gallery, &mut batch);
 
@@ -68,30 +73,36 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
 }
 
 /// All frames of the batch through the engine at once; each request gets its
-/// share back (an image the engine failed on fails its request).
+/// share back (an image the engine failed on fails its request). An
+/// EMBEDDING request's rows become one face each.
 fn analyze(
     state: &mut InstanceState,
     jobs: Vec<Result<Job>>,
-    max_faces: usize,
+    settings: &Settings,
 ) -> Vec<Result<Analyzed>> {
-    let frames: Vec<&Frame> = jobs
+    let frames: Vec<(&Frame, Wanted)> = jobs
         .iter()
         .flatten()
-        .flat_map(|j| j.frames.iter())
+        .flat_map(|j| {
+            let wanted = j.wanted(settings);
+            j.frames.iter().map(move |f| (f, wanted))
+        })
         .collect();
-    let mut results =
-        analyze_spread(&mut state.engines, state.gpu.as_ref(), &frames, max_faces).into_iter();
+    let mut results = analyze_spread(&mut state.engines, state.gpu.as_ref(), &frames).into_iter();
     jobs.into_iter()
         .map(|job| {
             let job = job?;
             // Always drain this job's share of the results, even on error.
-            let faces: Vec<Result<Vec<Face>>> = results.by_ref().take(job.frames.len()).collect();
-            let faces = faces
+            let found: Vec<Result<Analysis>> = results.by_ref().take(job.frames.len()).collect();
+            let mut found = found
                 .into_iter()
                 .enumerate()
                 .map(|(i, f)| f.map_err(|e| e.context(job.label(i, "image"))))
-                .collect::<Result<_>>()?;
-            Ok(Analyzed { job, faces })
+                .collect::<Result<Vec<_>>>()?;
+            if let Some(rows) = &job.embeddings {
+                found = rows.iter().map(|e| Analysis::of_embedding(e)).collect();
+            }
+            Ok(Analyzed { job, found })
         })
         .collect()
 }

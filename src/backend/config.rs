@@ -231,6 +231,7 @@ impl Settings {
             match_threshold: None,
             max_image_pixels: 0,
             max_faces_per_image: 0,
+            min_face_size: 0,
             batch_threads: 0,
             max_gallery_size: 0,
             return_embeddings: false,

@@ -43,7 +43,8 @@ fn enrollment(analyzed: &Analyzed) -> Result<Option<Vec<Named>>> {
         return Ok(None);
     };
     let mut pairs = Vec::with_capacity(names.len());
-    for (i, (name, faces)) in names.iter().zip(&analyzed.faces).enumerate() {
+    for (i, (name, found)) in names.iter().zip(&analyzed.found).enumerate() {
+        let faces = &found.faces;
         if faces.len() != 1 {
             return Err(Error::invalid(format!(
                 "{}: enrollment needs exactly one face in the image, found {}; nothing was enrolled",

@@ -1,16 +1,21 @@
-//! What one request asks for: its frames (from IMAGE or ENCODED), the names
-//! to enroll (ENROLL), or a change to the gallery instead (FORGET, LIST);
-//! its own match threshold (request parameter `match_threshold`) and how
-//! many nearest people to list (`top_k`), whether to return embeddings
-//! (`return_embeddings`); and for sequence models its place
-//! in the sequence.
+//! What one request asks for: its frames (from IMAGE or ENCODED) or
+//! embeddings to match (EMBEDDING), the names to enroll (ENROLL), or a
+//! change to the gallery instead (FORGET, LIST); an embedding to verify its
+//! faces against (REFERENCE); its request parameters (`match_threshold`,
+//! `top_k`, `return_embeddings` and the options of `Options`); and for
+//! sequence models its place in the sequence.
+
+use std::time::Duration;
 
 use crate::backend::controls::{read_step, Step};
 use crate::backend::settings::Settings;
-use crate::backend::tensors::{read_encoded, read_pixels, read_strings, ENCODED, IMAGE};
+use crate::backend::tensors::{
+    read_encoded, read_pixels, read_strings, read_vectors, Decoded, EMBEDDING, ENCODED, IMAGE,
+    REFERENCE,
+};
 use crate::error::{Error, Result};
 use crate::gallery::MAX_TOP_K;
-use crate::pipeline::{Face, Frame};
+use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::triton::request::ParameterValue;
 use crate::triton::{sys, Input, Request};
 
@@ -20,6 +25,13 @@ pub const LIST: &str = "LIST";
 pub const MATCH_THRESHOLD: &str = "match_threshold";
 pub const TOP_K: &str = "top_k";
 pub const RETURN_EMBEDDINGS: &str = "return_embeddings";
+pub const DETECT_ONLY: &str = "detect_only";
+pub const MIN_FACE_SIZE: &str = "min_face_size";
+pub const MAX_FACES: &str = "max_faces";
+pub const RETURN_CROPS: &str = "return_crops";
+pub const TIMINGS: &str = "timings";
+/// `min_face_size` above this is surely a mistake (no image is this large).
+const MAX_MIN_FACE_SIZE: f64 = 65_536.0;
 
 /// A request that manages the gallery instead of showing an image.
 pub enum Manage {
@@ -28,14 +40,33 @@ pub enum Manage {
     List,
 }
 
-/// A request after the engine: its job and the faces of each of its frames.
+/// A request after the engine: its job and what the engine found in each
+/// of its frames (or, for EMBEDDING, one face per embedding).
 pub struct Analyzed {
     pub job: Job,
-    pub faces: Vec<Vec<Face>>,
+    pub found: Vec<Analysis>,
+}
+
+/// The request parameters that shape what is done with each image.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Options {
+    pub detect_only: bool,
+    pub min_face_size: Option<f32>,
+    pub max_faces: Option<usize>,
+    pub crops: bool,
+    pub timings: bool,
 }
 
 pub struct Job {
     pub frames: Vec<Frame>,
+    /// How long each frame took to decode.
+    pub decoded_in: Vec<Duration>,
+    /// EMBEDDING's rows, matched instead of frames' faces.
+    pub embeddings: Option<Vec<Vec<f32>>>,
+    /// REFERENCE's rows: one per item (Triton checks a batch's dimension;
+    /// one row for all items is taken where it lets one through).
+    pub reference: Option<Vec<Vec<f32>>>,
+    pub options: Options,
     /// One name per frame, for ENROLL requests.
     pub enroll: Option<Vec<String>>,
     pub manage: Option<Manage>,
@@ -55,6 +86,24 @@ impl Job {
         self.step.as_ref().is_some_and(|s| !s.ready)
     }
 
+    /// What the engine is asked for each frame of this request.
+    pub fn wanted(&self, settings: &Settings) -> Wanted {
+        let o = &self.options;
+        Wanted {
+            embeddings: !o.detect_only,
+            min_face_size: o.min_face_size.unwrap_or(settings.min_face_size as f32),
+            max_faces: o.max_faces,
+            crops: o.crops,
+            limit: settings.max_faces_per_image,
+        }
+    }
+
+    /// The reference embedding of item `i`, if the request sent one.
+    pub fn reference_of(&self, i: usize) -> Option<&[f32]> {
+        let rows = self.reference.as_ref()?;
+        rows.get(i).or_else(|| rows.first()).map(Vec::as_slice)
+    }
+
     /// Label of image `i` in messages: "image[2]" in a batched request.
     pub fn label(&self, i: usize, what: &str) -> String {
         if self.frames.len() > 1 {
@@ -65,14 +114,18 @@ impl Job {
     }
 }
 
-/// Read one request's inputs.
-pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
+/// Read one request's inputs (`dim`: the length of this model's embeddings).
+pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Job> {
     let step = match &settings.sequence {
         None => None,
         Some(config) => Some(read_step(request, config)?),
     };
     let mut job = Job {
         frames: Vec::new(),
+        decoded_in: Vec::new(),
+        embeddings: None,
+        reference: None,
+        options: Options::default(),
         enroll: None,
         manage: None,
         threshold: None,
@@ -86,9 +139,10 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
     job.threshold = read_threshold(request)?;
     job.top_k = read_top_k(request)?;
     job.return_embeddings = read_bool(request, RETURN_EMBEDDINGS)?;
+    job.options = read_options(request, settings)?;
     job.manage = read_manage(request)?;
     if job.manage.is_some() {
-        for alone in [IMAGE, ENCODED, ENROLL] {
+        for alone in [IMAGE, ENCODED, ENROLL, EMBEDDING, REFERENCE] {
             if request.input(alone)?.is_some() {
                 return Err(Error::invalid(format!(
                     "{FORGET} and {LIST} go alone: send no {alone} with them"
@@ -97,14 +151,132 @@ pub fn read_job(request: &Request, settings: &Settings) -> Result<Job> {
         }
         return Ok(job);
     }
-    // START and END may come without a frame.
-    let frameless_ok = job.step.as_ref().is_some_and(|s| s.start || s.end);
-    job.frames = read_frames(request, settings, frameless_ok)?;
-    job.enroll = read_names(request, job.frames.len())?;
+    let items = match request.input(EMBEDDING)? {
+        Some(input) => {
+            check_embedding_request(request, &job)?;
+            let rows = read_vectors(&input, settings, dim)?;
+            let n = rows.len();
+            job.embeddings = Some(rows);
+            n
+        }
+        None => {
+            // START and END may come without a frame.
+            let frameless_ok = job.step.as_ref().is_some_and(|s| s.start || s.end);
+            let decoded = read_frames(request, settings, frameless_ok)?;
+            (job.frames, job.decoded_in) = decoded.into_iter().unzip();
+            job.enroll = read_names(request, job.frames.len())?;
+            job.frames.len()
+        }
+    };
+    if let Some(input) = request.input(REFERENCE)? {
+        let rows = read_vectors(&input, settings, dim)?;
+        if rows.len() != 1 && rows.len() != items {
+            return Err(Error::invalid(format!(
+                "{REFERENCE}: {} embeddings for {items} images; send one per image",
+                rows.len()
+            )));
+        }
+        job.reference = Some(rows);
+    }
+    check_detect_only(&job)?;
     Ok(job)
 }
 
-fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Result<Vec<Frame>> {
+/// EMBEDDING is matched as a face would be: nothing that needs an image.
+fn check_embedding_request(request: &Request, job: &Job) -> Result<()> {
+    for other in [IMAGE, ENCODED, ENROLL] {
+        if request.input(other)?.is_some() {
+            return Err(Error::invalid(format!(
+                "{EMBEDDING} is matched against the gallery instead of an image's faces: send \
+                 no {other} with it"
+            )));
+        }
+    }
+    if job.step.is_some() {
+        return Err(Error::invalid(format!(
+            "a sequence follows the faces of frames: send {IMAGE} or {ENCODED}, not {EMBEDDING}"
+        )));
+    }
+    let o = &job.options;
+    let image_options = [
+        (DETECT_ONLY, o.detect_only),
+        (MIN_FACE_SIZE, o.min_face_size.is_some()),
+        (MAX_FACES, o.max_faces.is_some()),
+        (RETURN_CROPS, o.crops),
+    ];
+    if let Some((name, _)) = image_options.iter().find(|(_, set)| *set) {
+        return Err(Error::invalid(format!(
+            "request parameter {name} applies to an image's faces; an {EMBEDDING} request has \
+             no image"
+        )));
+    }
+    Ok(())
+}
+
+/// `detect_only` computes no embedding: nothing that needs one goes with it.
+fn check_detect_only(job: &Job) -> Result<()> {
+    if !job.options.detect_only {
+        return Ok(());
+    }
+    let needs_embeddings = [
+        (ENROLL, job.enroll.is_some()),
+        (REFERENCE, job.reference.is_some()),
+        (TOP_K, job.top_k.is_some()),
+        (RETURN_EMBEDDINGS, job.return_embeddings == Some(true)),
+    ];
+    match needs_embeddings.iter().find(|(_, set)| *set) {
+        Some((what, _)) => Err(Error::invalid(format!(
+            "{DETECT_ONLY} computes no embedding, which {what} needs: send one or the other"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The request parameters of `Options`, each checked.
+fn read_options(request: &Request, settings: &Settings) -> Result<Options> {
+    Ok(Options {
+        detect_only: read_bool(request, DETECT_ONLY)?.unwrap_or(false),
+        min_face_size: read_min_face_size(request)?,
+        max_faces: read_max_faces(request, settings.max_faces_per_image)?,
+        crops: read_bool(request, RETURN_CROPS)?.unwrap_or(false),
+        timings: read_bool(request, TIMINGS)?.unwrap_or(false),
+    })
+}
+
+/// `min_face_size`: pixels, 0 or more.
+fn read_min_face_size(request: &Request) -> Result<Option<f32>> {
+    let Some(value) = request.parameter(MIN_FACE_SIZE)? else {
+        return Ok(None);
+    };
+    let number = match value {
+        ParameterValue::Double(x) => Some(x),
+        ParameterValue::Int(n) => Some(n as f64),
+        _ => None,
+    };
+    match number.filter(|x| (0.0..=MAX_MIN_FACE_SIZE).contains(x)) {
+        Some(x) => Ok(Some(x as f32)),
+        None => Err(Error::invalid(format!(
+            "request parameter {MIN_FACE_SIZE} = {value} is invalid: expected a number of \
+             pixels from 0 to {MAX_MIN_FACE_SIZE} (the shorter side of a face's box)"
+        ))),
+    }
+}
+
+/// `max_faces`: from 1 to the model's `max_faces_per_image`.
+fn read_max_faces(request: &Request, limit: usize) -> Result<Option<usize>> {
+    let Some(value) = request.parameter(MAX_FACES)? else {
+        return Ok(None);
+    };
+    match value {
+        ParameterValue::Int(n) if (1..=limit as i64).contains(&n) => Ok(Some(n as usize)),
+        _ => Err(Error::invalid(format!(
+            "request parameter {MAX_FACES} = {value} is invalid: expected an integer from 1 to \
+             {limit} (this model's max_faces_per_image)"
+        ))),
+    }
+}
+
+fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Result<Vec<Decoded>> {
     match (request.input(IMAGE)?, request.input(ENCODED)?) {
         (Some(_), Some(_)) => Err(Error::invalid(format!(
             "send either {IMAGE} or {ENCODED} in a request, not both"
@@ -112,7 +284,7 @@ fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Re
         (None, None) if frameless_ok => Ok(Vec::new()),
         (None, None) => Err(Error::invalid(format!(
             "the request has no image: send {IMAGE} (uint8, height x width x 3) or {ENCODED} \
-             (JPEG/PNG/WebP bytes)"
+             (JPEG/PNG/WebP bytes), or {EMBEDDING} to match an embedding"
         ))),
         (Some(input), None) => read_pixels(&input, settings),
         (None, Some(input)) => read_encoded(&input, settings),

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::gallery::store::{self, Identity};
 use crate::gallery::{Gallery, Opened};
 use crate::pipeline::image::frame_from_encoded;
-use crate::pipeline::Metric;
+use crate::pipeline::{Metric, Wanted};
 use crate::sequence::Sequences;
 use crate::triton::metrics::Gauge;
 use crate::triton::{log, ModelHandle};
@@ -215,10 +215,9 @@ fn load_gallery_images(
     let setup = photo_setup(settings, engine)?;
     let load = gallery.load_folder(&setup, |bytes| {
         let frame = frame_from_encoded("image", bytes, settings.max_image_pixels)?;
-        let faces = engine
-            .analyze(&[&frame], settings.max_faces_per_image)
-            .remove(0)?;
-        Ok(faces.into_iter().map(|f| f.embedding).collect())
+        let wanted = Wanted::all(settings.max_faces_per_image);
+        let analysis = engine.analyze(&[(&frame, wanted)]).remove(0)?;
+        Ok(analysis.faces.into_iter().map(|f| f.embedding).collect())
     })?;
     for (path, why) in &load.skipped {
         log::warn(&format!("gallery image {} skipped: {why}", path.display()));

@@ -325,6 +325,15 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| positive(v).map(|n| d.settings.max_faces_per_image = n),
     },
     Parameter {
+        name: "min_face_size",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("0"),
+        meaning: "faces whose box is smaller on its shorter side (pixels) are dropped before \
+                  they are embedded; the request parameter of the same name overrides it",
+        section: Section::General,
+        apply: |d, v| unsigned::<u32>(v).map(|n| d.settings.min_face_size = n),
+    },
+    Parameter {
         name: "batch_threads",
         kind: Kind::PositiveInteger,
         default: Default::Value("1"),

@@ -29,6 +29,8 @@ pub struct Settings {
     pub match_threshold: Option<f32>,
     pub max_image_pixels: u64,
     pub max_faces_per_image: usize,
+    /// Faces smaller than this (shorter side, pixels) are dropped.
+    pub min_face_size: u32,
     /// Threads (each with its own engine) an Execute spreads its images over.
     pub batch_threads: usize,
     pub max_gallery_size: usize,

@@ -10,7 +10,7 @@ use crate::backend::instance::enter;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::pipeline::{Face, Frame};
+use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::triton::{guard, log};
 
 /// One result per frame, in frame order. A panic or a GPU that cannot be
@@ -19,9 +19,8 @@ use crate::triton::{guard, log};
 pub fn analyze_spread(
     engines: &mut [Box<dyn Engine>],
     gpu: Option<&Gpu>,
-    frames: &[&Frame],
-    max_faces: usize,
-) -> Vec<Result<Vec<Face>>> {
+    frames: &[(&Frame, Wanted)],
+) -> Vec<Result<Analysis>> {
     let run = per_thread(frames.len(), engines.len());
     // Each run behind a lock, so the calling thread can still take a run
     // whose thread did not start.
@@ -38,12 +37,12 @@ pub fn analyze_spread(
                 let thread = thread::Builder::new().name("face-batch".into());
                 (
                     slot,
-                    thread.spawn_scoped(scope, move || analyze_lane(slot, gpu, max_faces)),
+                    thread.spawn_scoped(scope, move || analyze_lane(slot, gpu)),
                 )
             })
             .collect();
         // The calling thread takes the first run; its GPU is already bound.
-        let mut results = analyze_lane(own, None, max_faces);
+        let mut results = analyze_lane(own, None);
         for (slot, thread) in started {
             let part = match thread {
                 // `analyze_lane` catches panics, so a join error is only a panic in
@@ -55,7 +54,7 @@ pub fn analyze_spread(
                     log::warn(&format!(
                         "batch thread not started ({e}): its images run here"
                     ));
-                    analyze_lane(slot, None, max_faces)
+                    analyze_lane(slot, None)
                 }
             };
             results.extend(part);
@@ -67,7 +66,7 @@ pub fn analyze_spread(
 /// One engine and its contiguous run of the batch's frames.
 struct Lane<'a> {
     engine: &'a mut Box<dyn Engine>,
-    frames: &'a [&'a Frame],
+    frames: &'a [(&'a Frame, Wanted)],
 }
 
 fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
@@ -77,12 +76,12 @@ fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
 
 /// The lane's engine over its frames, on the calling thread (binding `gpu`
 /// first, if given): exactly one result per frame.
-fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>, max_faces: usize) -> Vec<Result<Vec<Face>>> {
+fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>) -> Vec<Result<Analysis>> {
     let mut held = lock(slot);
     let Lane { engine, frames } = &mut *held;
     let results = guard::catch(|| {
         enter(gpu)?;
-        Ok(engine.analyze(frames, max_faces))
+        Ok(engine.analyze(frames))
     })
     .unwrap_or_else(|e| vec![Err(e); frames.len()]);
     // Exactly one result per frame, or the runs after this one would hand
@@ -104,7 +103,7 @@ fn per_thread(frames: usize, engines: usize) -> usize {
     frames.div_ceil(engines.max(1)).max(1)
 }
 
-fn failed(n: usize, why: &str) -> Vec<Result<Vec<Face>>> {
+fn failed(n: usize, why: &str) -> Vec<Result<Analysis>> {
     vec![Err(Error::internal(why)); n]
 }
 
@@ -115,7 +114,7 @@ mod tests {
 
     use super::*;
     use crate::error::ErrorKind;
-    use crate::pipeline::{BoxPx, Metric};
+    use crate::pipeline::{BoxPx, Face, Metric};
 
     /// Answers each frame with one face whose score is the frame's width,
     /// records which thread ran it, and panics on a frame of width 0.
@@ -137,15 +136,18 @@ mod tests {
         fn embedding_len(&self) -> usize {
             0
         }
-        fn analyze(&mut self, frames: &[&Frame], _max_faces: usize) -> Vec<Result<Vec<Face>>> {
+        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
             let here = thread::current().id();
             frames
                 .iter()
-                .filter(|f| f.width != 99) // width 99: no result (a broken engine)
-                .map(|f| {
+                .filter(|(f, _)| f.width != 99) // width 99: no result (a broken engine)
+                .map(|(f, _)| {
                     assert!(f.width > 0, "probe: a frame of width 0");
                     self.seen.lock().unwrap().push((self.id, f.width, here));
-                    Ok(vec![face(f.width)])
+                    Ok(Analysis {
+                        faces: vec![face(f.width)],
+                        ..Default::default()
+                    })
                 })
                 .collect()
         }
@@ -163,6 +165,7 @@ mod tests {
             score: Some(width as f32),
             landmarks: [[0.0; 2]; 5],
             embedding: Vec::new(),
+            crop: None,
         }
     }
 
@@ -193,16 +196,16 @@ mod tests {
     }
 
     /// Frames of these widths through `analyze_spread`.
-    fn spread(engines: &mut [Box<dyn Engine>], widths: &[u32]) -> Vec<Result<Vec<Face>>> {
+    fn spread(engines: &mut [Box<dyn Engine>], widths: &[u32]) -> Vec<Result<Analysis>> {
         let owned = frames(widths);
-        let refs: Vec<&Frame> = owned.iter().collect();
-        analyze_spread(engines, None, &refs, 8)
+        let refs: Vec<(&Frame, Wanted)> = owned.iter().map(|f| (f, Wanted::all(8))).collect();
+        analyze_spread(engines, None, &refs)
     }
 
-    fn scores(results: &[Result<Vec<Face>>]) -> Vec<Option<f32>> {
+    fn scores(results: &[Result<Analysis>]) -> Vec<Option<f32>> {
         results
             .iter()
-            .map(|r| r.as_ref().ok().map(|faces| faces[0].score.unwrap()))
+            .map(|r| r.as_ref().ok().map(|a| a.faces[0].score.unwrap()))
             .collect()
     }
 
@@ -274,7 +277,7 @@ mod tests {
                 .all(|&(id, _, t)| id == 0 && t == here));
         }
         let (mut engines, _) = probes(2);
-        assert!(analyze_spread(&mut engines, None, &[], 8).is_empty());
+        assert!(analyze_spread(&mut engines, None, &[]).is_empty());
     }
 
     #[test]

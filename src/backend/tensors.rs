@@ -1,6 +1,8 @@
-//! Decoding the image and name tensors of a request: raw pixels (IMAGE),
-//! encoded files (ENCODED) and TYPE_STRING elements, each checked against its
-//! declared type and shape.
+//! Decoding the tensors of a request: raw pixels (IMAGE), encoded files
+//! (ENCODED), embeddings (EMBEDDING, REFERENCE) and TYPE_STRING elements,
+//! each checked against its declared type and shape.
+
+use std::time::{Duration, Instant};
 
 use crate::backend::settings::Settings;
 use crate::error::{Error, Result};
@@ -11,12 +13,22 @@ use crate::triton::{sys, Input};
 
 pub const IMAGE: &str = "IMAGE";
 pub const ENCODED: &str = "ENCODED";
+pub const EMBEDDING: &str = "EMBEDDING";
+pub const REFERENCE: &str = "REFERENCE";
+
+/// A frame and the time its decoding took.
+pub type Decoded = (Frame, Duration);
+
+fn timed(decode: impl FnOnce() -> Result<Frame>) -> Result<Decoded> {
+    let started = Instant::now();
+    decode().map(|frame| (frame, started.elapsed()))
+}
 
 fn dims_text(shape: &[i64]) -> String {
     format!("{shape:?}")
 }
 
-pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
+pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
     if input.datatype != sys::TRITONSERVER_TYPE_UINT8 {
         return Err(Error::invalid(format!(
             "{IMAGE}: expected data type UINT8, got type code {}",
@@ -64,19 +76,21 @@ pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
     }
     data.chunks_exact(per_image)
         .map(|pixels| {
-            frame_from_pixels(
-                IMAGE,
-                pixels,
-                h,
-                w,
-                settings.pixel_format,
-                settings.max_image_pixels,
-            )
+            timed(|| {
+                frame_from_pixels(
+                    IMAGE,
+                    pixels,
+                    h,
+                    w,
+                    settings.pixel_format,
+                    settings.max_image_pixels,
+                )
+            })
         })
         .collect()
 }
 
-pub fn read_encoded(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
+pub fn read_encoded(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
     let images = read_strings(input)?;
     if images.is_empty() {
         return Err(Error::invalid(format!(
@@ -85,8 +99,59 @@ pub fn read_encoded(input: &Input, settings: &Settings) -> Result<Vec<Frame>> {
     }
     images
         .iter()
-        .map(|bytes| frame_from_encoded(ENCODED, bytes, settings.max_image_pixels))
+        .map(|bytes| timed(|| frame_from_encoded(ENCODED, bytes, settings.max_image_pixels)))
         .collect()
+}
+
+/// The embeddings of a TYPE_FP32 input (EMBEDDING, REFERENCE): `dim` finite
+/// values each, not all zero; one unbatched, `batch x dim` batched.
+pub fn read_vectors(input: &Input, settings: &Settings, dim: usize) -> Result<Vec<Vec<f32>>> {
+    let name = &input.name;
+    if input.datatype != sys::TRITONSERVER_TYPE_FP32 {
+        return Err(Error::invalid(format!(
+            "{name}: expected data type FP32, got type code {}",
+            input.datatype
+        )));
+    }
+    let shape = &input.shape;
+    let rows = match (settings.batched, &shape[..]) {
+        (true, &[rows, len]) if len == dim as i64 && rows > 0 => rows as usize,
+        (false, &[len]) if len == dim as i64 => 1,
+        _ => {
+            return Err(Error::invalid(format!(
+                "{name}: expected shape {}{dim} (this model's embeddings have {dim} values), \
+                 got {}",
+                if settings.batched { "batch x " } else { "" },
+                dims_text(shape)
+            )))
+        }
+    };
+    let data = input.host_bytes()?;
+    if data.len() != rows * dim * 4 {
+        return Err(Error::invalid(format!(
+            "{name}: {} bytes do not match shape {}",
+            data.len(),
+            dims_text(shape)
+        )));
+    }
+    let values: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if let Some((i, x)) = values.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(Error::invalid(format!(
+            "{name}: value {} of embedding {} is {x}: expected {dim} finite numbers",
+            i % dim,
+            i / dim
+        )));
+    }
+    let rows: Vec<Vec<f32>> = values.chunks_exact(dim).map(<[f32]>::to_vec).collect();
+    if let Some(i) = rows.iter().position(|r| r.iter().all(|&x| x == 0.0)) {
+        return Err(Error::invalid(format!(
+            "{name}: embedding {i} is all zeros"
+        )));
+    }
+    Ok(rows)
 }
 
 /// The elements of a TYPE_STRING input, checked against its shape.

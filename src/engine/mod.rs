@@ -8,7 +8,7 @@ pub mod onnx;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::pipeline::{Face, Frame, Metric};
+use crate::pipeline::{Analysis, Frame, Metric, Wanted};
 use dlib::{DlibEngine, DlibSettings};
 use onnx::{OnnxEngine, OnnxSettings};
 
@@ -56,8 +56,9 @@ pub trait Engine: Send {
     fn describe(&self) -> String;
     /// Length of the embeddings it produces.
     fn embedding_len(&self) -> usize;
-    /// Detect and embed the faces of every frame, batching work across frames
-    /// where the engine allows. One result per frame: a frame with more than
-    /// `max_faces` faces is an error for that frame alone.
-    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>>;
+    /// Detect (and embed, as each frame's `Wanted` says) the faces of every
+    /// frame, batching work across frames where the engine allows. One
+    /// result per frame: a frame with more faces than `Wanted::choose`
+    /// allows is an error for that frame alone.
+    fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>>;
 }

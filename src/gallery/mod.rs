@@ -271,6 +271,11 @@ impl Gallery {
     }
 
     /// The model's threshold (a request may bring its own).
+    /// Length of the embeddings it holds.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
     pub fn threshold(&self) -> f32 {
         self.threshold
     }

@@ -116,13 +116,22 @@ pub(super) fn opencv_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result
 
 /// Encode an RGB frame as JPEG (tests, benches, tools).
 pub fn encode_jpeg(frame: &Frame) -> Result<Vec<u8>> {
+    encode(frame, ".jpg")
+}
+
+/// Encode an RGB frame as PNG (lossless: the crops of `return_crops`).
+pub fn encode_png(frame: &Frame) -> Result<Vec<u8>> {
+    encode(frame, ".png")
+}
+
+fn encode(frame: &Frame, extension: &str) -> Result<Vec<u8>> {
     let rgb =
         Mat::new_rows_cols_with_data(frame.height as i32, frame.width as i32 * 3, &frame.rgb)?;
     let rgb = rgb.reshape(3, frame.height as i32)?;
     let mut bgr = Mat::default();
     imgproc::cvt_color(&rgb, &mut bgr, imgproc::COLOR_RGB2BGR, 0)?;
     let mut out = Vector::<u8>::new();
-    imgcodecs::imencode(".jpg", &bgr, &mut out, &Vector::new())?;
+    imgcodecs::imencode(extension, &bgr, &mut out, &Vector::new())?;
     Ok(out.to_vec())
 }
 

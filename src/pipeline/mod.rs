@@ -25,7 +25,18 @@ pub struct BoxPx {
     pub bottom: f32,
 }
 
-/// One detected and embedded face.
+impl BoxPx {
+    /// The shorter side: what `min_face_size` compares.
+    pub fn shorter_side(&self) -> f32 {
+        (self.right - self.left).min(self.bottom - self.top)
+    }
+
+    pub fn area(&self) -> f32 {
+        (self.right - self.left).max(0.0) * (self.bottom - self.top).max(0.0)
+    }
+}
+
+/// One detected face, embedded unless the caller asked for detection only.
 #[derive(Clone, Debug)]
 pub struct Face {
     pub bbox: BoxPx,
@@ -33,7 +44,105 @@ pub struct Face {
     pub score: Option<f32>,
     /// Five points (eye corners / centres, nose, mouth corners: engine-specific order).
     pub landmarks: [[f32; 2]; 5],
+    /// Empty when not asked for (`Wanted::embeddings`).
     pub embedding: Vec<f32>,
+    /// The aligned face the embedder sees, when asked for (`Wanted::crops`).
+    pub crop: Option<Frame>,
+}
+
+/// What a caller wants of one frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Wanted {
+    /// Embed the faces (false: boxes, scores and landmarks only).
+    pub embeddings: bool,
+    /// Faces whose box is smaller on its shorter side are dropped before
+    /// anything else is done with them.
+    pub min_face_size: f32,
+    /// Keep the largest this many faces, largest first; `None`: all, in
+    /// the detector's order, and more than `limit` is an error.
+    pub max_faces: Option<usize>,
+    /// Keep each face's aligned crop.
+    pub crops: bool,
+    /// The model's `max_faces_per_image`.
+    pub limit: usize,
+}
+
+impl Wanted {
+    /// Everything, as a request without options gets.
+    pub fn all(limit: usize) -> Self {
+        Wanted {
+            embeddings: true,
+            min_face_size: 0.0,
+            max_faces: None,
+            crops: false,
+            limit,
+        }
+    }
+
+    /// The detected `found` faces this frame keeps, in order: large enough,
+    /// then the largest `max_faces`; more than `limit` without `max_faces`
+    /// is an error for the frame.
+    pub fn choose<T>(
+        &self,
+        found: Vec<T>,
+        bbox: impl Fn(&T) -> BoxPx,
+    ) -> crate::error::Result<Vec<T>> {
+        let mut kept: Vec<T> = found
+            .into_iter()
+            .filter(|f| bbox(f).shorter_side() >= self.min_face_size)
+            .collect();
+        match self.max_faces {
+            None if kept.len() > self.limit => Err(crate::error::Error::invalid(format!(
+                "found {} faces, more than max_faces_per_image = {} (the request parameter \
+                 max_faces keeps the largest)",
+                kept.len(),
+                self.limit
+            ))),
+            None => Ok(kept),
+            Some(n) => {
+                kept.sort_by(|a, b| bbox(b).area().total_cmp(&bbox(a).area()));
+                kept.truncate(n);
+                Ok(kept)
+            }
+        }
+    }
+}
+
+/// Time one frame spent in each stage of an engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stages {
+    pub detection: std::time::Duration,
+    pub landmarks: std::time::Duration,
+    pub embedding: std::time::Duration,
+}
+
+/// An engine's answer for one frame.
+#[derive(Clone, Debug, Default)]
+pub struct Analysis {
+    pub faces: Vec<Face>,
+    pub stages: Stages,
+}
+
+impl Analysis {
+    /// A face known only by its embedding (no image, no box).
+    pub fn of_embedding(embedding: &[f32]) -> Self {
+        let nowhere = BoxPx {
+            left: 0.0,
+            top: 0.0,
+            right: 0.0,
+            bottom: 0.0,
+        };
+        Analysis {
+            faces: vec![Face {
+                bbox: nowhere,
+                score: None,
+                landmarks: [[0.0; 2]; 5],
+                embedding: embedding.to_vec(),
+                crop: None,
+            }],
+            stages: Stages::default(),
+        }
+    }
 }
 
 /// How embeddings compare; `distance` is what the JSON reports.

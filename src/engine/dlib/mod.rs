@@ -8,13 +8,14 @@
 mod shim;
 
 use std::path::Path;
+use std::time::Instant;
 
 use super::require_file;
 use super::Engine;
 use crate::error::{Error, Result};
-use crate::pipeline::{BoxPx, Face, Frame, Metric};
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Stages, Wanted};
 pub use shim::MAX_UPSAMPLE;
-use shim::{Detector, Encoder, Image, Predictor, Rect, Shape};
+use shim::{Detector, Encoder, Image, Predictor, Rect, Shape, CHIP_SIDE};
 
 pub const RESNET_FILE: &str = "dlib_face_recognition_resnet_model_v1.dat";
 pub const SHAPE5_FILE: &str = "shape_predictor_5_face_landmarks.dat";
@@ -103,7 +104,7 @@ impl DlibEngine {
         })
     }
 
-    fn analyze_one(&mut self, frame: &Frame, max_faces: usize) -> Result<Vec<Face>> {
+    fn analyze_one(&mut self, frame: &Frame, wanted: Wanted) -> Result<Analysis> {
         let DlibSettings {
             detector,
             cnn_min_side,
@@ -112,25 +113,81 @@ impl DlibEngine {
         } = self.settings;
         let side = u64::from(frame.width.min(frame.height)) << upsample;
         if detector == DetectorKind::Cnn && side < u64::from(cnn_min_side) {
-            return Ok(Vec::new());
+            return Ok(Analysis::default());
         }
+        let mut stages = Stages::default();
+        let started = Instant::now();
         let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
-        let (rects, found) = self.detector.detect(&image, upsample, max_faces)?;
-        if found > max_faces {
+        let (rects, found) = self.detector.detect(&image, upsample, MAX_FOUND)?;
+        if found > MAX_FOUND {
             return Err(Error::invalid(format!(
-                "found {found} faces, more than max_faces_per_image = {max_faces}"
+                "found {found} faces, more than max_faces_per_image = {}",
+                wanted.limit
             )));
         }
+        let rects = wanted.choose(rects, rect_box)?;
+        stages.detection = started.elapsed();
         if rects.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Analysis {
+                faces: Vec::new(),
+                stages,
+            });
         }
+        let started = Instant::now();
         let shapes = rects
             .iter()
             .map(|r| self.predictor.landmarks(&image, r))
             .collect::<Result<Vec<_>>>()?;
+        stages.landmarks = started.elapsed();
+        let started = Instant::now();
         // One network call for all faces of the frame.
-        let embeddings = self.encoder.encode(&image, &shapes)?;
-        Ok(shapes.iter().zip(embeddings).map(face).collect())
+        let mut embeddings = match wanted.embeddings {
+            true => self.encoder.encode(&image, &shapes)?,
+            false => vec![Vec::new(); shapes.len()],
+        }
+        .into_iter();
+        let mut crops = match wanted.crops {
+            true => shim::chips(&image, &shapes)?
+                .into_iter()
+                .map(chip)
+                .collect(),
+            false => Vec::new(),
+        }
+        .into_iter();
+        if wanted.embeddings || wanted.crops {
+            stages.embedding = started.elapsed();
+        }
+        let faces = shapes
+            .iter()
+            .map(|shape| {
+                let mut face = face(shape, embeddings.next().unwrap_or_default());
+                face.crop = crops.next();
+                face
+            })
+            .collect();
+        Ok(Analysis { faces, stages })
+    }
+}
+
+/// Boxes the detector may return for one frame: more is an error, whatever
+/// the request keeps (a guard against pathological images, far above any
+/// `max_faces_per_image`).
+const MAX_FOUND: usize = 4096;
+
+fn rect_box(r: &Rect) -> BoxPx {
+    BoxPx {
+        left: r.left as f32,
+        top: r.top as f32,
+        right: r.right as f32,
+        bottom: r.bottom as f32,
+    }
+}
+
+fn chip(rgb: Vec<u8>) -> Frame {
+    Frame {
+        width: CHIP_SIDE as u32,
+        height: CHIP_SIDE as u32,
+        rgb,
     }
 }
 
@@ -155,23 +212,13 @@ const SIMD: &str = if cfg!(face_dlib_avx2) {
     "baseline x86-64"
 };
 
-fn face((shape, embedding): (&Shape, Vec<f32>)) -> Face {
-    let Rect {
-        left,
-        top,
-        right,
-        bottom,
-    } = shape.rect;
+fn face(shape: &Shape, embedding: Vec<f32>) -> Face {
     Face {
-        bbox: BoxPx {
-            left: left as f32,
-            top: top as f32,
-            right: right as f32,
-            bottom: bottom as f32,
-        },
+        bbox: rect_box(&shape.rect),
         score: None,
         landmarks: shape.parts.map(|p| [p.x as f32, p.y as f32]),
         embedding,
+        crop: None,
     }
 }
 
@@ -196,12 +243,12 @@ impl Engine for DlibEngine {
     fn embedding_len(&self) -> usize {
         128
     }
-    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>> {
+    fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
         // The encoder takes the faces of one image per call (dlib's chips come
         // from one image), so batching stops at the faces of one frame.
         frames
             .iter()
-            .map(|f| self.analyze_one(f, max_faces))
+            .map(|&(f, wanted)| self.analyze_one(f, wanted))
             .collect()
     }
 }
@@ -235,7 +282,11 @@ mod tests {
         let bytes = std::fs::read(assets("photos").join("obama_640x480.jpg")).unwrap();
         let frame = frame_from_encoded("photo", &bytes, 40_000_000).unwrap();
         let mut engine = DlibEngine::load(&assets("dlib"), DlibSettings::default()).unwrap();
-        let faces = engine.analyze(&[&frame], 4).remove(0).unwrap();
+        let faces = engine
+            .analyze(&[(&frame, Wanted::all(4))])
+            .remove(0)
+            .unwrap()
+            .faces;
         assert_eq!(faces.len(), 1);
         let face = &faces[0];
         assert_eq!(face.embedding.len(), engine.embedding_len());
@@ -246,7 +297,10 @@ mod tests {
                 "{x},{y} {b:?}"
             );
         }
-        let e = engine.analyze(&[&frame], 0).remove(0).unwrap_err();
+        let e = engine
+            .analyze(&[(&frame, Wanted::all(0))])
+            .remove(0)
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
     }
 
@@ -263,13 +317,15 @@ mod tests {
         let dir = assets("dlib");
         let tiny = grey(10, 6);
         let mut fast = DlibEngine::load(&dir, cnn(DEFAULT_CNN_MIN_SIDE)).unwrap();
-        assert!(fast.analyze(&[&tiny], 4).remove(0).unwrap().is_empty());
+        let results = fast.analyze(&[(&tiny, Wanted::all(4))]);
+        assert!(results[0].as_ref().unwrap().faces.is_empty());
         let mut all = DlibEngine::load(&dir, cnn(0)).unwrap();
-        let results = all.analyze(&[&tiny, &grey(10, 7)], 4);
+        let other = grey(10, 7);
+        let results = all.analyze(&[(&tiny, Wanted::all(4)), (&other, Wanted::all(4))]);
         assert_eq!(
             results[0].as_ref().unwrap_err().kind(),
             ErrorKind::InvalidInput
         );
-        assert!(results[1].as_ref().unwrap().is_empty());
+        assert!(results[1].as_ref().unwrap().faces.is_empty());
     }
 }

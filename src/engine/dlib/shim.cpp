@@ -177,6 +177,20 @@ void check_cnn_input(mmod_net &net, long width, long height) {
     }
 }
 
+// The chips dlib's face recognition example feeds its network: 150 x 150,
+// padding 0.25, from the 5-point shapes.
+std::vector<dlib::chip_details> chips_of(const tf_shape *shapes, size_t count) {
+    std::vector<dlib::chip_details> chips;
+    for (size_t i = 0; i < count; ++i) {
+        const tf_rect &r = shapes[i].rect;
+        std::vector<dlib::point> parts;
+        for (const tf_point &p : shapes[i].parts) parts.emplace_back(p.x, p.y);
+        dlib::full_object_detection shape(dlib::rectangle(r.left, r.top, r.right, r.bottom), parts);
+        chips.push_back(dlib::get_face_chip_details(shape, TF_CHIP_SIDE, 0.25));
+    }
+    return chips;
+}
+
 }  // namespace
 
 extern "C" {
@@ -306,22 +320,33 @@ int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes
         if (count == 0) return TF_OK;
         require(shapes, "shapes");
         require(out, "out");
-        std::vector<dlib::chip_details> chips;
-        for (size_t i = 0; i < count; ++i) {
-            const tf_rect &r = shapes[i].rect;
-            std::vector<dlib::point> parts;
-            for (const tf_point &p : shapes[i].parts) parts.emplace_back(p.x, p.y);
-            dlib::full_object_detection shape(dlib::rectangle(r.left, r.top, r.right, r.bottom), parts);
-            chips.push_back(dlib::get_face_chip_details(shape, 150, 0.25));
-        }
         dlib::array<image_t> faces;
-        dlib::extract_image_chips(image->pixels, chips, faces);
+        dlib::extract_image_chips(image->pixels, chips_of(shapes, count), faces);
         std::vector<dlib::matrix<float, 0, 1>> descriptors = encoder->net(faces, 16);
         if (descriptors.size() != count) throw std::runtime_error("one descriptor per face expected");
         for (size_t i = 0; i < count; ++i) {
             if (descriptors[i].size() != TF_DESCRIPTOR_LEN)
                 throw std::runtime_error("descriptor is not 128-d");
             std::memcpy(out + i * TF_DESCRIPTOR_LEN, &descriptors[i](0), TF_DESCRIPTOR_LEN * sizeof(float));
+        }
+        return TF_OK;
+    });
+}
+
+int tf_chips(const tf_image *image, const tf_shape *shapes, size_t count, uint8_t *out, char *err,
+             size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(image, "image");
+        if (count == 0) return TF_OK;
+        require(shapes, "shapes");
+        require(out, "out");
+        dlib::array<image_t> faces;
+        dlib::extract_image_chips(image->pixels, chips_of(shapes, count), faces);
+        const size_t bytes = TF_CHIP_SIDE * TF_CHIP_SIDE * 3;
+        for (size_t i = 0; i < count; ++i) {
+            if (faces[i].nr() != TF_CHIP_SIDE || faces[i].nc() != TF_CHIP_SIDE)
+                throw std::runtime_error("chip is not TF_CHIP_SIDE square");
+            std::memcpy(out + i * bytes, &faces[i](0, 0), bytes);
         }
         return TF_OK;
     });

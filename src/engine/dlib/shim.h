@@ -26,6 +26,8 @@ enum {
 #define TF_PARTS 5
 /* Length of a face descriptor (dlib's ResNet). */
 #define TF_DESCRIPTOR_LEN 128
+/* Side of the aligned face chips the encoder sees (RGB). */
+#define TF_CHIP_SIDE 150
 /* Each upsampling step quadruples the pixels the detector scans. */
 #define TF_MAX_UPSAMPLE 3
 
@@ -88,6 +90,11 @@ int tf_landmarks(const tf_predictor *predictor, const tf_image *image,
  * jitter), one network call; `out` holds count * TF_DESCRIPTOR_LEN floats. */
 int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes,
               size_t count, float *out, char *err, size_t err_len);
+
+/* The aligned chips tf_encode feeds the network: `out` holds
+ * count * TF_CHIP_SIDE * TF_CHIP_SIDE * 3 bytes, RGB, row-major. */
+int tf_chips(const tf_image *image, const tf_shape *shapes, size_t count, uint8_t *out,
+             char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

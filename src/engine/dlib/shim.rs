@@ -18,6 +18,7 @@ pub type Rect = sys::tf_rect;
 /// A face's box and its 5 landmarks.
 pub type Shape = sys::tf_shape;
 pub const DESCRIPTOR_LEN: usize = sys::TF_DESCRIPTOR_LEN as usize;
+pub const CHIP_SIDE: usize = sys::TF_CHIP_SIDE as usize;
 /// The most upsampling steps the detector takes (each quadruples the pixels).
 pub const MAX_UPSAMPLE: u32 = sys::TF_MAX_UPSAMPLE;
 
@@ -210,6 +211,27 @@ impl Encoder {
         })?;
         Ok(out.chunks(DESCRIPTOR_LEN).map(<[f32]>::to_vec).collect())
     }
+}
+
+/// The aligned chips `Encoder::encode` feeds the network, one per shape:
+/// `CHIP_SIDE` square, RGB.
+pub fn chips(image: &Image, shapes: &[Shape]) -> Result<Vec<Vec<u8>>> {
+    let bytes = CHIP_SIDE * CHIP_SIDE * 3;
+    let mut out = vec![0u8; shapes.len() * bytes];
+    call("chips", |err, len| {
+        // SAFETY: a live image, only read; `out` holds shapes.len() chips.
+        unsafe {
+            sys::tf_chips(
+                image.0.as_ptr(),
+                shapes.as_ptr(),
+                shapes.len(),
+                out.as_mut_ptr(),
+                err,
+                len,
+            )
+        }
+    })?;
+    Ok(out.chunks(bytes.max(1)).map(<[u8]>::to_vec).collect())
 }
 
 impl Drop for Encoder {

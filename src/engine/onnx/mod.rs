@@ -30,7 +30,7 @@ use super::fpu::FlushDenormals;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
-use crate::pipeline::{BoxPx, Face, Frame, Metric};
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Stages, Wanted};
 use blob::Blob;
 use net::{load_net, model_file, Net, RuntimeChoice};
 use ops::{frame_mat, l2_normalize, nms, resize, to_input, FrameImage};
@@ -239,98 +239,109 @@ impl OnnxEngine {
         }
     }
 
-    fn analyze_one(
-        &mut self,
-        frame: &Frame,
-        max_faces: usize,
-        laps: &mut Laps,
-    ) -> Result<Vec<Face>> {
+    fn analyze_one(&mut self, frame: &Frame, wanted: Wanted, laps: &mut Laps) -> Result<Analysis> {
         let image = frame_mat(frame)?;
         laps.lap("frame");
-        let found = self.detect(frame, &image)?;
+        let found = wanted.choose(self.detect(frame, &image)?, |(bbox, _)| *bbox)?;
         laps.lap("detector");
-        if found.len() > max_faces {
-            return Err(Error::invalid(format!(
-                "found {} faces, more than max_faces_per_image = {max_faces}",
-                found.len()
-            )));
-        }
-        if found.is_empty() {
-            return Ok(Vec::new());
-        }
         let net = self.landmarks.as_ref().expect("checked at load");
         let mut faces = Vec::with_capacity(found.len());
         let mut chips = Vec::with_capacity(found.len());
         for (bbox, score) in found {
             let five = self.landmarks(net, &image, &bbox)?;
             laps.lap("landmarks");
-            chips.push(self.align(&image, &five)?);
-            laps.lap("align");
+            let mut crop = None;
+            if wanted.embeddings || wanted.crops {
+                let chip = self.align(&image, &five)?;
+                if wanted.crops {
+                    crop = Some(chip_frame(&chip)?);
+                }
+                chips.push(chip);
+                laps.lap("align");
+            }
             faces.push(Face {
                 bbox,
                 score: Some(score),
                 landmarks: five,
                 embedding: Vec::new(),
+                crop,
             });
         }
-        for (face, embedding) in faces.iter_mut().zip(self.embed(&chips)?) {
-            face.embedding = embedding;
+        if wanted.embeddings && !chips.is_empty() {
+            for (face, embedding) in faces.iter_mut().zip(self.embed(&chips)?) {
+                face.embedding = embedding;
+            }
+            laps.lap("embedder");
         }
-        laps.lap("embedder");
-        Ok(faces)
+        Ok(Analysis {
+            faces,
+            stages: laps.stages(),
+        })
     }
 
-    /// `analyze` of one frame with the time each stage took (for the bench's
-    /// per-stage table; the engine's own path keeps no timings).
     pub fn analyze_timed(
         &mut self,
         frame: &Frame,
         max_faces: usize,
     ) -> Result<(Vec<Face>, StageTimes)> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
-        let mut laps = Laps::timing();
-        let faces = self.analyze_one(frame, max_faces, &mut laps)?;
-        Ok((faces, laps.times))
+        let mut laps = Laps::new();
+        let analysis = self.analyze_one(frame, Wanted::all(max_faces), &mut laps)?;
+        Ok((analysis.faces, laps.times))
     }
 }
 
-/// Time spent per stage of one frame, in pipeline order.
+/// An aligned chip (RGB, as the frame) as a frame of its own.
+fn chip_frame(chip: &Mat) -> Result<Frame> {
+    Ok(Frame {
+        width: chip.cols() as u32,
+        height: chip.rows() as u32,
+        rgb: chip.data_bytes()?.to_vec(),
+    })
+}
+
 pub type StageTimes = Vec<(&'static str, Duration)>;
 
 /// Stage timings, when asked for: each `lap` adds the time since the last
 /// one to the stage it names (stages repeated per face add up).
+/// Time per stage of one frame, by the bench's finer names.
 struct Laps {
-    on: bool,
     last: Instant,
     times: StageTimes,
 }
 
 impl Laps {
-    fn off() -> Self {
+    fn new() -> Self {
         Laps {
-            on: false,
             last: Instant::now(),
             times: Vec::new(),
         }
     }
 
-    fn timing() -> Self {
-        Laps {
-            on: true,
-            ..Laps::off()
-        }
-    }
-
     fn lap(&mut self, stage: &'static str) {
-        if !self.on {
-            return;
-        }
         let now = Instant::now();
         let spent = now - self.last;
         self.last = now;
         match self.times.iter_mut().find(|(s, _)| *s == stage) {
             Some((_, total)) => *total += spent,
             None => self.times.push((stage, spent)),
+        }
+    }
+
+    /// The answer's stages: reading the frame counts as detection, the
+    /// alignment as embedding (it makes the embedder's input).
+    fn stages(&self) -> Stages {
+        let sum = |names: &[&str]| -> Duration {
+            self.times
+                .iter()
+                .filter(|(s, _)| names.contains(s))
+                .map(|(_, d)| *d)
+                .sum()
+        };
+        Stages {
+            detection: sum(&["frame", "detector"]),
+            landmarks: sum(&["landmarks"]),
+            embedding: sum(&["align", "embedder"]),
         }
     }
 }
@@ -415,11 +426,11 @@ impl Engine for OnnxEngine {
     fn embedding_len(&self) -> usize {
         self.embedding_len
     }
-    fn analyze(&mut self, frames: &[&Frame], max_faces: usize) -> Vec<Result<Vec<Face>>> {
+    fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
         frames
             .iter()
-            .map(|f| self.analyze_one(f, max_faces, &mut Laps::off()))
+            .map(|&(f, wanted)| self.analyze_one(f, wanted, &mut Laps::new()))
             .collect()
     }
 }
