@@ -245,7 +245,23 @@ fn read_options(request: &Request, settings: &Settings) -> Result<Options> {
 
 /// `min_face_size`: pixels, 0 or more.
 fn read_min_face_size(request: &Request) -> Result<Option<f32>> {
-    let Some(value) = request.parameter(MIN_FACE_SIZE)? else {
+    let expected = format!(
+        "a number of pixels from 0 to {MAX_MIN_FACE_SIZE} (the shorter side of a face's box)"
+    );
+    read_number(request, MIN_FACE_SIZE, &expected, |x| {
+        (0.0..=MAX_MIN_FACE_SIZE).contains(&x)
+    })
+}
+
+/// A request parameter that is a number (an integer or a double) that
+/// `fits`; else INVALID_ARG saying what was `expected`.
+fn read_number(
+    request: &Request,
+    name: &str,
+    expected: &str,
+    fits: impl Fn(f64) -> bool,
+) -> Result<Option<f32>> {
+    let Some(value) = request.parameter(name)? else {
         return Ok(None);
     };
     let number = match value {
@@ -253,11 +269,10 @@ fn read_min_face_size(request: &Request) -> Result<Option<f32>> {
         ParameterValue::Int(n) => Some(n as f64),
         _ => None,
     };
-    match number.filter(|x| (0.0..=MAX_MIN_FACE_SIZE).contains(x)) {
+    match number.filter(|&x| fits(x)) {
         Some(x) => Ok(Some(x as f32)),
         None => Err(Error::invalid(format!(
-            "request parameter {MIN_FACE_SIZE} = {value} is invalid: expected a number of \
-             pixels from 0 to {MAX_MIN_FACE_SIZE} (the shorter side of a face's box)"
+            "request parameter {name} = {value} is invalid: expected {expected}"
         ))),
     }
 }
@@ -360,21 +375,11 @@ fn read_flag(input: &Input) -> Result<bool> {
 /// The request parameter `match_threshold`: a positive number, as the model
 /// parameter of the same name takes (for either metric).
 fn read_threshold(request: &Request) -> Result<Option<f32>> {
-    let Some(value) = request.parameter(MATCH_THRESHOLD)? else {
-        return Ok(None);
-    };
-    let number = match value {
-        ParameterValue::Double(x) => Some(x as f32),
-        ParameterValue::Int(n) => Some(n as f32),
-        _ => None,
-    };
-    match number.filter(|x| x.is_finite() && *x > 0.0) {
-        Some(x) => Ok(Some(x)),
-        None => Err(Error::invalid(format!(
-            "request parameter {MATCH_THRESHOLD} = {value} is invalid: expected a positive \
-             number (the same-person distance: Euclidean for dlib, 1 - cosine for onnx)"
-        ))),
-    }
+    let expected = "a positive number (the same-person distance: Euclidean for dlib, 1 - \
+                    cosine for onnx)";
+    read_number(request, MATCH_THRESHOLD, expected, |x| {
+        x.is_finite() && x as f32 > 0.0
+    })
 }
 
 /// A request parameter that is true or false.

@@ -31,7 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use usearch::ScalarKind;
@@ -85,6 +85,9 @@ pub struct VectorIndex {
     /// A typical node's distance to its nearest neighbour (f32 bits; 0
     /// until `find_strays` measured it).
     typical_nearest: AtomicU32,
+    /// `strays` were counted over the graph as it is: no vector went in or
+    /// out since (each may cut links that led to other nodes).
+    strays_fresh: AtomicBool,
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
@@ -198,6 +201,7 @@ impl VectorIndex {
             inner: RwLock::new(graph),
             strays: RwLock::new(Vec::new()),
             typical_nearest: AtomicU32::new(0),
+            strays_fresh: AtomicBool::new(false),
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
@@ -332,6 +336,7 @@ impl VectorIndex {
         }
         let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0i8; self.dim]);
         index.add(key, vector, &mut coarse, &mut fine)?;
+        self.strays_fresh.store(false, Ordering::Relaxed);
         if let Some(f) = index.fine.as_mut() {
             f.put(key, &fine);
         }
@@ -385,6 +390,31 @@ impl VectorIndex {
             .collect();
         found.sort_unstable();
         strays.extend(found.iter().take(MAX_STRAYS).map(|&(_, k)| k));
+        self.strays_fresh.store(true, Ordering::Relaxed);
+        strays.len()
+    }
+
+    /// The strays and the typical nearest distance, when they were counted
+    /// over the graph as it is (to save with it).
+    pub fn counted_strays(&self) -> Option<(Vec<u64>, f32)> {
+        let _graph = self.read(); // no change between the two reads
+        let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
+        self.strays_fresh.load(Ordering::Relaxed).then(|| {
+            let typical = f32::from_bits(self.typical_nearest.load(Ordering::Relaxed));
+            (strays.clone(), typical)
+        })
+    }
+
+    /// Take strays counted over this very graph before (saved with it),
+    /// instead of counting them again: those the index holds. How many.
+    pub fn set_strays(&self, keys: &[u64], typical: f32) -> usize {
+        let graph = self.read();
+        let mut strays = self.strays_mut();
+        strays.clear();
+        strays.extend(keys.iter().copied().filter(|&k| graph.contains(k)));
+        self.typical_nearest
+            .store(typical.to_bits(), Ordering::Relaxed);
+        self.strays_fresh.store(true, Ordering::Relaxed);
         strays.len()
     }
 
@@ -479,6 +509,9 @@ impl VectorIndex {
                 fine.put(*key, &bytes);
             }
         }
+        if !fresh.is_empty() {
+            self.strays_fresh.store(false, Ordering::Relaxed);
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let chunk = fresh.len().div_ceil(cores).max(1);
         let index = &*index;
@@ -510,6 +543,7 @@ impl VectorIndex {
             fine.remove(key);
         }
         self.strays_mut().retain(|&k| k != key);
+        self.strays_fresh.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -752,10 +786,19 @@ mod tests {
         assert!(strays < 50, "{strays} strays in a well-linked crowd");
         let hits = index.nearest(&near(&loner, 9), 4).unwrap();
         assert_eq!(hits[0].key, 0, "{hits:?}, {strays} strays");
+        // Counted over this graph: saved with it, taken back instead of counting.
+        let (counted, typical) = index.counted_strays().expect("just counted");
+        assert!(counted.contains(&0) && typical > 0.0);
+        assert_eq!(
+            index.set_strays(&[0, 123_456], typical),
+            1,
+            "only keys it holds"
+        );
         // Inserted one at a time after the crowd: checked as it goes in.
         let other: Vec<f32> = near(&loner, 10).iter().map(|x| -x * 0.5 + 0.1).collect();
         index.insert(9999, &other).unwrap();
         assert_eq!(index.nearest(&other, 1).unwrap()[0].key, 9999);
+        assert_eq!(index.counted_strays(), None, "an insertion may cut links");
         index.remove(0).unwrap();
         assert_ne!(index.nearest(&loner, 1).unwrap()[0].key, 0);
     }

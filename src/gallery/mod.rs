@@ -181,9 +181,22 @@ impl Gallery {
         let restored = restore(&saved, store.as_mut(), metric, dim, listed.rows)?;
         let live = Live::around(restored.index, listed.change, follower.is_some());
         let added = live.load(restored.stored, restored.rows)?;
-        let strays = live.index.find_strays(&live.read().store_keys());
-        let live = Arc::new(live);
+        // The file as saved, nothing added or removed: its graph.
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
+        let strays = match (clean, restored.strays) {
+            (true, Some(s)) => live.index.set_strays(&s.keys, s.typical),
+            _ => {
+                let n = live.index.find_strays(&live.read().store_keys());
+                if let Some((keys, typical)) = live.index.counted_strays().filter(|_| clean) {
+                    // Cheap to keep (the manifest only), seconds to count.
+                    if let Err(e) = saved.record_strays(saved::Strays { keys, typical }) {
+                        crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
+                    }
+                }
+                n
+            }
+        };
+        let live = Arc::new(live);
         let mut opened = Opened {
             enrolled: live.read().len(),
             foreign: listed.foreign,
@@ -561,6 +574,8 @@ impl Drop for Gallery {
 /// The index to start from, and what the store must still give it.
 struct Restoring {
     index: VectorIndex,
+    /// The strays the saved file's manifest recorded, if any.
+    strays: Option<saved::Strays>,
     /// Entries whose vectors the index lacks, read from the store.
     stored: Vec<Stored>,
     rows: Vec<Row>,
@@ -606,6 +621,7 @@ fn restore(
     };
     Ok(Restoring {
         index,
+        strays: manifest.and_then(|m| m.strays),
         stored,
         rows,
         how,

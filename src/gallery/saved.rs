@@ -48,6 +48,17 @@ pub struct Manifest {
     /// Keys of gallery images, all below this one, also held (replaced at
     /// every load).
     pub folder_keys_below: u64,
+    /// The strays counted over this graph (absent: count them at load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strays: Option<Strays>,
+}
+
+/// A graph's strays and the typical nearest distance they were judged by
+/// (`VectorIndex::find_strays`): counting them takes seconds at a million.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+pub struct Strays {
+    pub keys: Vec<u64>,
+    pub typical: f32,
 }
 
 impl Manifest {
@@ -140,6 +151,9 @@ impl Saved {
         sync(&tmp)?;
         let (bytes, blake3) = hash_file(&tmp)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        let strays = index
+            .counted_strays()
+            .map(|(keys, typical)| Strays { keys, typical });
         let manifest = Manifest {
             format: FORMAT,
             owner: self.owner.clone(),
@@ -147,7 +161,17 @@ impl Saved {
             blake3,
             keys: runs(keys),
             folder_keys_below,
+            strays,
         };
+        let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;
+        self.put_manifest(&text)
+    }
+
+    /// Record the strays counted at load in the manifest of the file they
+    /// were counted on (the next load takes them instead of counting).
+    pub fn record_strays(&self, strays: Strays) -> Result<()> {
+        let mut manifest = self.manifest()?;
+        manifest.strays = Some(strays);
         let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;
         self.put_manifest(&text)
     }

@@ -110,10 +110,15 @@ impl Fine {
     /// Append the section: the block, each slot's key, then the counts and
     /// the mark (read from the end by `read_from`).
     pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
-        let bytes: Vec<u8> = self.bytes.iter().map(|&b| b as u8).collect();
-        out.write_all(&bytes)?;
-        let keys: Vec<u8> = self.key_of.iter().flat_map(|k| k.to_le_bytes()).collect();
-        out.write_all(&keys)?;
+        // In pieces: a million people's block is half a gigabyte.
+        for piece in self.bytes.chunks(1 << 16) {
+            let bytes: Vec<u8> = piece.iter().map(|&b| b as u8).collect();
+            out.write_all(&bytes)?;
+        }
+        for piece in self.key_of.chunks(1 << 13) {
+            let keys: Vec<u8> = piece.iter().flat_map(|k| k.to_le_bytes()).collect();
+            out.write_all(&keys)?;
+        }
         out.write_all(&(self.key_of.len() as u64).to_le_bytes())?;
         out.write_all(&(self.dim as u64).to_le_bytes())?;
         out.write_all(MAGIC)

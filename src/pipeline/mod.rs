@@ -216,6 +216,52 @@ fn lane_sums<const N: usize>(
 mod tests {
     use super::*;
 
+    fn square(left: f32, side: f32) -> BoxPx {
+        BoxPx {
+            left,
+            top: 0.0,
+            right: left + side,
+            bottom: side,
+        }
+    }
+
+    #[test]
+    fn wanted_keeps_large_enough_faces_then_the_largest() {
+        let found = vec![square(0.0, 10.0), square(20.0, 40.0), square(80.0, 25.0)];
+        let all = Wanted::all(3);
+        assert_eq!(
+            all.choose(found.clone(), |b| *b).unwrap(),
+            found,
+            "detector order"
+        );
+        let big = Wanted {
+            min_face_size: 20.0,
+            ..all
+        };
+        assert_eq!(big.choose(found.clone(), |b| *b).unwrap(), found[1..]);
+        let two = Wanted {
+            max_faces: Some(2),
+            ..Wanted::all(1)
+        };
+        let kept = two.choose(found.clone(), |b| *b).unwrap();
+        assert_eq!(
+            kept,
+            [found[1], found[2]],
+            "largest first, over the limit of 1"
+        );
+        let e = Wanted::all(2).choose(found.clone(), |b| *b).unwrap_err();
+        assert!(
+            e.message().contains("max_faces_per_image = 2"),
+            "{}",
+            e.message()
+        );
+        let small_dropped_first = Wanted {
+            min_face_size: 20.0,
+            ..Wanted::all(2)
+        };
+        assert_eq!(small_dropped_first.choose(found, |b| *b).unwrap().len(), 2);
+    }
+
     #[test]
     fn metrics() {
         let a = [1.0, 0.0];

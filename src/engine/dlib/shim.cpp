@@ -191,6 +191,11 @@ std::vector<dlib::chip_details> chips_of(const tf_shape *shapes, size_t count) {
     return chips;
 }
 
+void extract_chips(const image_t &pixels, const tf_shape *shapes, size_t count,
+                   dlib::array<image_t> &out) {
+    dlib::extract_image_chips(pixels, chips_of(shapes, count), out);
+}
+
 }  // namespace
 
 extern "C" {
@@ -321,7 +326,7 @@ int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes
         require(shapes, "shapes");
         require(out, "out");
         dlib::array<image_t> faces;
-        dlib::extract_image_chips(image->pixels, chips_of(shapes, count), faces);
+        extract_chips(image->pixels, shapes, count, faces);
         std::vector<dlib::matrix<float, 0, 1>> descriptors = encoder->net(faces, 16);
         if (descriptors.size() != count) throw std::runtime_error("one descriptor per face expected");
         for (size_t i = 0; i < count; ++i) {
@@ -341,7 +346,7 @@ int tf_chips(const tf_image *image, const tf_shape *shapes, size_t count, uint8_
         require(shapes, "shapes");
         require(out, "out");
         dlib::array<image_t> faces;
-        dlib::extract_image_chips(image->pixels, chips_of(shapes, count), faces);
+        extract_chips(image->pixels, shapes, count, faces);
         const size_t bytes = TF_CHIP_SIDE * TF_CHIP_SIDE * 3;
         for (size_t i = 0; i < count; ++i) {
             if (faces[i].nr() != TF_CHIP_SIDE || faces[i].nc() != TF_CHIP_SIDE)
