@@ -76,16 +76,22 @@ struct Named {
 /// people too).
 fn name_faces(model: &ModelState, job: &Job, found: &[Analysis], threshold: f32) -> Result<Named> {
     let top_k = job.top_k.unwrap_or(1);
+    // An enrolled face is named after its person (no candidates asked).
+    let enrolled = job.enroll.as_ref().filter(|_| job.top_k.is_none());
     let mut named = Named {
         matches: Vec::with_capacity(found.len()),
         took: Vec::with_capacity(found.len()),
     };
-    for item in found {
+    for (i, item) in found.iter().enumerate() {
         let started = Instant::now();
+        let person = enrolled.and_then(|names| names.get(i));
         let matches = item
             .faces
             .iter()
-            .map(|f| model.gallery.best_match(&f.embedding, threshold, top_k))
+            .map(|f| match person {
+                Some(name) => model.gallery.match_person(&f.embedding, name, threshold),
+                None => model.gallery.best_match(&f.embedding, threshold, top_k),
+            })
             .collect::<Result<_>>()?;
         named.took.push(started.elapsed());
         named.matches.push(matches);

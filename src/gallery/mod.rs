@@ -345,6 +345,27 @@ impl Gallery {
         })
     }
 
+    /// `embedding` against `name`'s own embeddings only, exactly: how an
+    /// enrollment's answer names the face it has just stored (its nearest
+    /// embedding is that one, or a near-identical one of the same name),
+    /// without a search of the whole gallery.
+    pub fn match_person(&self, embedding: &[f32], name: &str, threshold: f32) -> Result<Match> {
+        self.check_dim(embedding)?;
+        let keys = self.read().keys_of(name).to_vec();
+        let distance = keys
+            .iter()
+            .filter_map(|&key| self.live.index.vector(key))
+            .map(|v| self.metric.distance(&v, embedding))
+            .min_by(f32::total_cmp);
+        Ok(Match {
+            name: distance
+                .filter(|&d| d <= threshold)
+                .map(|_| name.to_string()),
+            distance,
+            candidates: Vec::new(),
+        })
+    }
+
     /// Enroll `embedding` under `name`, durably. On failure nothing changes.
     pub fn enroll(&self, name: &str, embedding: Vec<f32>) -> Result<Enrolled> {
         let named = Named {

@@ -64,6 +64,14 @@ fn match_enroll_persist_reload() {
         "a stricter threshold"
     );
     assert_eq!(g.best_match(&[2.0, 2.0], 0.6, 1).unwrap().name, None);
+    // An enrollment's answer: the person's own embeddings only, as a search would.
+    let own = g.match_person(&[0.001, 0.0], "obama", 0.6).unwrap();
+    let searched = g.best_match(&[0.001, 0.0], 0.6, 1).unwrap();
+    assert_eq!((own.name, own.distance), (searched.name, searched.distance));
+    assert_eq!(
+        g.match_person(&[5.0, 5.0], "nobody", 0.6).unwrap().distance,
+        None
+    );
 
     // Reload: enrollments survive, image entries are rebuilt by the loader.
     let again = gallery(tmp.path(), 10);
