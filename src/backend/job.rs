@@ -279,14 +279,25 @@ fn read_number(
 
 /// `max_faces`: from 1 to the model's `max_faces_per_image`.
 fn read_max_faces(request: &Request, limit: usize) -> Result<Option<usize>> {
-    let Some(value) = request.parameter(MAX_FACES)? else {
+    read_count(
+        request,
+        MAX_FACES,
+        limit,
+        "this model's max_faces_per_image",
+    )
+}
+
+/// A request parameter that is an integer from 1 to `max` (`why` says
+/// what bounds it).
+fn read_count(request: &Request, name: &str, max: usize, why: &str) -> Result<Option<usize>> {
+    let Some(value) = request.parameter(name)? else {
         return Ok(None);
     };
     match value {
-        ParameterValue::Int(n) if (1..=limit as i64).contains(&n) => Ok(Some(n as usize)),
+        ParameterValue::Int(n) if (1..=max as i64).contains(&n) => Ok(Some(n as usize)),
         _ => Err(Error::invalid(format!(
-            "request parameter {MAX_FACES} = {value} is invalid: expected an integer from 1 to \
-             {limit} (this model's max_faces_per_image)"
+            "request parameter {name} = {value} is invalid: expected an integer from 1 to \
+             {max} ({why})"
         ))),
     }
 }
@@ -395,14 +406,10 @@ fn read_bool(request: &Request, name: &str) -> Result<Option<bool>> {
 
 /// The request parameter `top_k`: an integer from 1 to `MAX_TOP_K`.
 fn read_top_k(request: &Request) -> Result<Option<usize>> {
-    let Some(value) = request.parameter(TOP_K)? else {
-        return Ok(None);
-    };
-    match value {
-        ParameterValue::Int(n) if (1..=MAX_TOP_K as i64).contains(&n) => Ok(Some(n as usize)),
-        _ => Err(Error::invalid(format!(
-            "request parameter {TOP_K} = {value} is invalid: expected an integer from 1 to \
-             {MAX_TOP_K} (the nearest people listed per face)"
-        ))),
-    }
+    read_count(
+        request,
+        TOP_K,
+        MAX_TOP_K,
+        "the nearest people listed per face",
+    )
 }
