@@ -11,25 +11,17 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
-
-def bytes_input(name, value):
-    tensor = httpclient.InferInput(name, [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[value]], dtype=object))
-    return tensor
+import face_api
 
 
 def infer(client, model, photo=None, enroll=None, **sequence):
     """One request: the photo's encoded bytes (and ENROLL when given) -> the JSON
     document. `sequence` passes sequence_id / sequence_start / sequence_end."""
-    inputs = [bytes_input("ENCODED", photo.read_bytes())] if photo else []
-    if enroll is not None:
-        inputs.append(bytes_input("ENROLL", enroll.encode()))
-    result = client.infer(model, inputs, outputs=[httpclient.InferRequestedOutput("RESULT")], **sequence)
-    return json.loads(result.as_numpy("RESULT")[0][0])
+    return face_api.infer(client, model, photo=photo.read_bytes() if photo else None,
+                          enroll=enroll, **sequence)
 
 
 def run_sequence(client, model, photos, names, sequence_id=42):
@@ -53,24 +45,9 @@ def pretty(doc):
 
 def draw(photo, doc, out_dir):
     """Save a copy of the photo with each face's box, landmarks and name."""
-    img = Image.open(photo).convert("RGB")
-    pen = ImageDraw.Draw(img)
-    width = max(2, img.width // 300)
-    font = ImageFont.load_default(size=max(14, img.width // 30))
-    for face in doc["faces"]:
-        b = face["box"]
-        known = face["name"] != "unknown"
-        colour = (40, 200, 60) if known else (230, 60, 40)
-        pen.rectangle([b["left"], b["top"], b["right"], b["bottom"]], outline=colour, width=width)
-        for x, y in face["landmarks"]:
-            pen.ellipse([x - width, y - width, x + width, y + width], fill=colour)
-        label = face["name"] if face["distance"] is None else f'{face["name"]} ({face["distance"]:.2f})'
-        x0, y0, x1, y1 = pen.textbbox((b["left"] + 4, b["bottom"] + 2), label, font=font)
-        pen.rectangle([b["left"], b["bottom"], x1 + 4, y1 + 4], fill=colour)
-        pen.text((b["left"] + 4, b["bottom"] + 2), label, fill=(255, 255, 255), font=font)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (photo.stem + ".jpg")
-    img.save(target, quality=90)
+    face_api.draw(Image.open(photo), doc["faces"]).save(target, quality=90)
     return target
 
 

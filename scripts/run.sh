@@ -9,14 +9,7 @@ bash scripts/setup.sh
 # shellcheck source=/dev/null
 source assets/env.sh
 
-echo "== cargo build --release --lib --examples"
-# The same targets as scripts/test.sh: one set of dependency features, so
-# running one script after the other rebuilds nothing.
-cargo build --release --lib --examples
-bash scripts/split_debug.sh target/release/libtriton_face.so
-for model in face face_sequence face_onnx; do
-    install -m 0755 target/release/libtriton_face.so "model_repository/$model/libtriton_face.so"
-done
+bash scripts/build.sh
 
 HTTP_PORT="${HTTP_PORT:-8000}"
 GRPC_PORT="${GRPC_PORT:-8001}"

@@ -8,9 +8,7 @@ bash scripts/setup.sh
 # shellcheck source=/dev/null
 source assets/env.sh
 
-echo "== cargo build --release (library and examples/: tools the tests run)"
-cargo build --release --lib --examples
-bash scripts/split_debug.sh target/release/libtriton_face.so
+bash scripts/build.sh
 echo "== unit tests (cargo test --release)"
 cargo test --release
 echo "== end-to-end tests (pytest, real tritonserver)"
