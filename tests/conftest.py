@@ -8,6 +8,8 @@
   test_x[onnx], grouped by engine within its module (so module servers are shared per engine);
   `@pytest.mark.engines("dlib")` limits a test (or, as `pytestmark`, a module) to the engines
   named. A test asks for `engine` itself to read its expectations (threshold, distances).
+- `sample_video`: the sample video (assets/video/sample.mp4) and which person is in view in
+  which of its frames.
 - `probe`: bytes of a small one-face photo, to check that a server still serves.
 - `server` (+ `http`, `grpc` clients of it, `client`: each of them in turn): one server per
   test module and engine with the
@@ -29,7 +31,7 @@ import re
 import pytest
 
 from engines import ENGINES, Engine
-from environment import REPO_ROOT, MissingAsset, Photos, SuiteEnv, resolve_env
+from environment import REPO_ROOT, MissingAsset, Photos, SampleVideo, SuiteEnv, resolve_env
 from postgres_server import SUITE_DB, PostgresServer
 from triton_server import TritonServer, live_servers
 
@@ -95,6 +97,16 @@ def example():
             )
         return path
     return find
+
+
+@pytest.fixture(scope="session")
+def sample_video() -> SampleVideo:
+    """The sample video setup makes (scripts/sample_video.py) and its truth; FAILS with how to
+    make it when it is missing."""
+    try:
+        return SampleVideo.find()
+    except MissingAsset as missing:
+        pytest.fail(str(missing), pytrace=False)
 
 
 @pytest.fixture(scope="session")

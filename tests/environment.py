@@ -11,6 +11,7 @@ never a skip.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -175,6 +176,31 @@ def resolve_env() -> SuiteEnv:
         tritonserver=server.resolve(), weights=weights.resolve(), photos=photos.resolve(),
         backend_lib=lib.resolve(), onnx_models=onnx_models.resolve(),
     )
+
+
+@dataclass(frozen=True)
+class SampleVideo:
+    """The sample video and its truth (scripts/sample_video.py): per frame, the people whose
+    face is fully in view."""
+    path: Path
+    truth: dict
+
+    @staticmethod
+    def find() -> "SampleVideo":
+        path = _from_env("FACE_VIDEO", REPO_ROOT / "assets" / "video" / "sample.mp4")
+        truth = path.with_suffix(".json")
+        if not path.is_file() or not truth.is_file():
+            raise MissingAsset(
+                f"sample video missing ({path}, {truth.name}): run scripts/setup.sh (it makes "
+                "it from the sample photos with scripts/sample_video.py)")
+        return SampleVideo(path, json.loads(truth.read_text()))
+
+    @property
+    def frames(self) -> int:
+        return len(self.truth["frames"])
+
+    def names_in(self, frame: int) -> list[str]:
+        return sorted(person["name"] for person in self.truth["frames"][frame])
 
 
 class Photos:

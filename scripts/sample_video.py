@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Make the sample video from the sample photos: 15 s at 10 fps, 640x480, H.264 in MP4, with
+known people entering and leaving, and beside it the truth (which person is fully in view in
+which frame) for the tests and the README demo.
+
+    python scripts/sample_video.py --photos assets/photos --out assets/video/sample.mp4
+
+Scenes: obama alone, zooming in (frames 0-39); biden slides in from the right (40-79); obama
+slides out to the left (80-99); biden slides out to the right, then no one (100-114); another
+photo of obama comes in (115-149). No video ships in the registries we can reach, so setup makes
+this one (scripts/setup.sh); the same photos give the same frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+from PIL import Image
+
+WIDTH, HEIGHT, FPS, FRAMES = 640, 480, 10, 150
+SPRITE = 240  # side of a head-and-shoulders square on the canvas
+
+# The face boxes docs/sequences.md shows for these photos (about 310 px); each head is cut as
+# a square of twice that side around its face, so a face is about 120 px on the canvas.
+HEADS = {
+    "obama2.jpg": ("obama", (164, 302, 474, 611)),
+    "biden.jpg": ("biden", (439, 233, 749, 542)),
+    "obama3.jpg": ("obama", (646, 302, 955, 611)),
+}
+# The face's share of its square: (left, top, right, bottom) in 0..1 of the square.
+FACE = (0.25, 0.25, 0.75, 0.75)
+
+
+def sprite(photos: Path, name: str, side: int) -> Image.Image:
+    left, top, right, bottom = HEADS[name][1]
+    half_w, half_h = (right - left) / 2, (bottom - top) / 2
+    square = (left - half_w, top - half_h, right + half_w, bottom + half_h)
+    image = Image.open(photos / name).convert("RGB")
+    return image.crop(tuple(round(v) for v in square)).resize((side, side), Image.LANCZOS)
+
+
+def ease(t: float) -> float:
+    """0..1 -> 0..1, smooth at both ends."""
+    t = min(max(t, 0.0), 1.0)
+    return t * t * (3 - 2 * t)
+
+
+def along(frame: int, start: int, end: int, a: float, b: float) -> float:
+    return a + (b - a) * ease((frame - start) / max(1, end - start))
+
+
+def scene(frame: int) -> list[tuple[str, float, float, float]]:
+    """(photo, centre x, centre y, scale) of each head in this frame."""
+    left, middle, right = WIDTH * 0.27, WIDTH / 2, WIDTH * 0.73
+    heads = []
+    if frame < 40:
+        heads.append(("obama2.jpg", middle, HEIGHT / 2, along(frame, 0, 39, 1.0, 1.3)))
+    elif frame < 100:
+        x = along(frame, 40, 49, middle, left) if frame < 80 else along(frame, 80, 89, left, -SPRITE)
+        heads.append(("obama2.jpg", x, HEIGHT / 2, 1.0))
+    if 40 <= frame < 115:
+        x = along(frame, 40, 49, WIDTH + SPRITE, right) if frame < 100 else along(frame, 100, 109, right, WIDTH + SPRITE)
+        heads.append(("biden.jpg", x, HEIGHT / 2, 1.0))
+    if frame >= 115:
+        heads.append(("obama3.jpg", along(frame, 115, 149, left, right), HEIGHT / 2, 1.1))
+    return heads
+
+
+def background() -> Image.Image:
+    """A soft vertical gradient: nothing a detector could take for a face."""
+    ramp = np.linspace(70, 150, HEIGHT, dtype=np.float32)[:, None, None]
+    tint = np.array([1.0, 1.05, 1.15], dtype=np.float32)
+    pixels = np.broadcast_to(ramp * tint, (HEIGHT, WIDTH, 3)).clip(0, 255).astype(np.uint8)
+    return Image.fromarray(pixels)
+
+
+def render(photos: Path, frame: int, cache: dict, base: Image.Image) -> tuple[Image.Image, list]:
+    """The frame and, for each person whose face is fully in view, {name, box}."""
+    canvas = base.copy()
+    truth = []
+    for photo, cx, cy, scale in scene(frame):
+        side = round(SPRITE * scale)
+        key = (photo, side)
+        if key not in cache:
+            cache[key] = sprite(photos, photo, side)
+        x0, y0 = round(cx - side / 2), round(cy - side / 2)
+        canvas.paste(cache[key], (x0, y0))
+        box = [x0 + FACE[0] * side, y0 + FACE[1] * side, x0 + FACE[2] * side, y0 + FACE[3] * side]
+        if box[0] >= 0 and box[1] >= 0 and box[2] <= WIDTH and box[3] <= HEIGHT:
+            truth.append({"name": HEADS[photo][0], "box": [round(v) for v in box]})
+    return canvas, truth
+
+
+def write(photos: Path, out: Path) -> dict:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    frames, cache, base = [], {}, background()
+    with av.open(str(partial), "w", format="mp4", options={"movflags": "+faststart"}) as container:
+        stream = container.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.options = {"crf": "20", "preset": "medium"}
+        for i in range(FRAMES):
+            image, truth = render(photos, i, cache, base)
+            frames.append(truth)
+            container.mux(stream.encode(av.VideoFrame.from_image(image)))
+        container.mux(stream.encode())
+    partial.replace(out)  # never a half-written video under the real name
+    doc = {"video": out.name, "fps": FPS, "width": WIDTH, "height": HEIGHT, "frames": frames}
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--photos", type=Path, default=Path("assets/photos"))
+    ap.add_argument("--out", type=Path, default=Path("assets/video/sample.mp4"))
+    args = ap.parse_args()
+    doc = write(args.photos, args.out)
+    seen = sorted({p["name"] for f in doc["frames"] for p in f})
+    print(f"{args.out}: {len(doc['frames'])} frames, people: {', '.join(seen)}")
+
+
+if __name__ == "__main__":
+    main()
