@@ -1,0 +1,288 @@
+"""triton-face in a browser: photos, people and video against a tritonserver.
+
+    bash scripts/app.sh          # set up, build, then open http://localhost:8501
+
+It talks to the server with tritonclient (URL and model in the sidebar) and, when no server
+answers at a local URL, starts one on model_repository/. Settings (environment):
+FACE_URL (default localhost:8000), FACE_APP_MAX_UPLOAD_MB (default 50; larger files are
+refused with a message), FACE_PHOTOS (sample photos), FACE_VIDEO (the sample video).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+from PIL import Image
+
+import face_api
+import local_server
+import video
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PHOTOS = Path(os.environ.get("FACE_PHOTOS", REPO_ROOT / "assets" / "photos"))
+SAMPLE_VIDEO = Path(os.environ.get("FACE_VIDEO", REPO_ROOT / "assets" / "video" / "sample.mp4"))
+MAX_UPLOAD_MB = float(os.environ.get("FACE_APP_MAX_UPLOAD_MB", "50"))
+PHOTO_TYPES = ["jpg", "jpeg", "png", "bmp", "webp"]
+VIDEO_TYPES = ["mp4", "webm", "mov", "mkv", "avi"]
+LONG_TABLE = 200  # rows; longer tables scroll
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    engine: str
+    sequence: bool
+    threshold: float
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.engine}{', sequence' if self.sequence else ''})"
+
+
+@st.cache_resource
+def started_server(url: str):
+    """The server this app started (one per URL, for the app's lifetime)."""
+    return local_server.start(url)
+
+
+def reach(url: str):
+    """A client of a ready server at `url`, starting one for a local URL; None (and a message
+    on the page) when there is none."""
+    if not local_server.is_ready(url):
+        if not local_server.is_local(url):
+            st.error(f"No Triton server answers at {url}.")
+            return None
+        try:
+            with st.spinner(f"No server at {url}: starting tritonserver on model_repository/ ..."):
+                started_server(url)
+        except local_server.NotStarted as e:
+            started_server.clear()
+            st.error(f"Could not start a server at {url}: {e}")
+            return None
+    return face_api.connect(url)
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def face_models(url: str) -> list[Model]:
+    """The repository's ready models of backend `face`, with engine and threshold."""
+    client = face_api.connect(url)
+    found = []
+    for entry in client.get_model_repository_index():
+        if entry.get("state") != "READY":
+            continue
+        config = client.get_model_config(entry["name"])
+        if config.get("backend") != "face":
+            continue
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        engine = params.get("engine", "dlib")
+        threshold = float(params.get("match_threshold") or (0.6 if engine == "dlib" else 0.5))
+        found.append(Model(entry["name"], engine, "sequence_batching" in config, threshold))
+    return sorted(found, key=lambda m: (m.sequence, m.name))
+
+
+def too_large(name: str, data: bytes) -> bool:
+    """Refuse a file above the limit with a message (True when refused)."""
+    if len(data) > MAX_UPLOAD_MB * 1e6:
+        st.error(f"{name} is {len(data) / 1e6:.1f} MB; this app takes files up to "
+                 f"{MAX_UPLOAD_MB:g} MB (FACE_APP_MAX_UPLOAD_MB).")
+        return True
+    return False
+
+
+def sample_photos() -> list[str]:
+    return sorted(p.name for p in PHOTOS.glob("*") if p.suffix.lower().lstrip(".") in PHOTO_TYPES)
+
+
+def table(rows: list[dict]) -> None:
+    """Rows as a plain table (text a reader and a browser test can find); a long one scrolls."""
+    if len(rows) <= LONG_TABLE:
+        st.table(rows)
+    else:
+        st.dataframe(rows, hide_index=True)
+
+
+def face_rows(faces: list[dict]) -> list[dict]:
+    return [{"name": f.get("name"), "distance": f.get("distance"), "score": f.get("score"),
+             "box": "{left},{top} - {right},{bottom}".format(**f["box"])} for f in faces]
+
+
+def show_photo(client, model: Model, name: str, data: bytes, threshold: float, as_json: bool):
+    """One photo: its answer drawn on it, a table of its faces, the JSON on demand."""
+    if too_large(name, data):
+        return
+    try:
+        doc = face_api.infer(client, model.name, {"match_threshold": threshold}, photo=data)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a message
+        st.error(f"{name}: {face_api.readable(e)}")
+        return
+    faces = doc.get("faces", [])
+    left, right = st.columns([3, 2])
+    try:
+        left.image(face_api.draw(Image.open(io.BytesIO(data)), faces), caption=name)
+    except OSError:  # the server read it, PIL cannot: show the answer without the picture
+        left.info(f"{name}: this app cannot draw this image format")
+    named = [f["name"] for f in faces if f.get("name") not in (None, "unknown")]
+    right.markdown(f"**{name}**: {len(faces)} face(s)" + (f"; {', '.join(named)}" if named else ""))
+    if faces:
+        with right:
+            table(face_rows(faces))
+    if as_json:
+        right.json(doc)
+
+
+def photos_tab(client, models: list[Model]):
+    still = [m for m in models if not m.sequence]
+    if not still:
+        st.warning("No ready face model without a sequence batcher on this server.")
+        return
+    model = st.selectbox("Model", still, format_func=str, key="photo_model")
+    threshold = st.slider("match_threshold (same person below this distance)", 0.01,
+                          1.5 if model.engine == "dlib" else 1.0, model.threshold, 0.01,
+                          key=f"threshold_{model.name}")
+    uploads = st.file_uploader("Photos", type=PHOTO_TYPES, accept_multiple_files=True, key="photo_uploads")
+    samples = st.multiselect("or sample photos", sample_photos(), key="photo_samples")
+    camera = st.camera_input("Take a photo") if st.toggle("Use the camera", key="use_camera") else None
+    as_json = st.toggle("Show the JSON answers", key="show_json")
+    chosen = [(u.name, u.getvalue()) for u in uploads or []]
+    chosen += [(s, (PHOTOS / s).read_bytes()) for s in samples]
+    if camera is not None:
+        chosen.append(("camera", camera.getvalue()))
+    for name, data in chosen:
+        show_photo(client, model, name, data, threshold, as_json)
+
+
+def gallery_change(client, model: Model, **change) -> None:
+    """ENROLL or FORGET, then the outcome as a message kept across the rerun that shows it."""
+    try:
+        doc = face_api.infer(client, model.name, **change)
+    except Exception as e:  # noqa: BLE001
+        st.session_state["people_message"] = ("error", face_api.readable(e))
+        return
+    if "enroll" in change:
+        text = f"Enrolled {change['enroll']} (gallery: {doc['enrolled']['gallery_size']})"
+    else:
+        gone = doc["forgotten"]
+        text = f"Forgot {gone['name']}: {gone['removed']} embedding(s) removed"
+        if gone["folder_files"]:
+            text += f"; still known from the gallery folder: {', '.join(gone['folder_files'])}"
+    st.session_state["people_message"] = ("success", text)
+
+
+def people_tab(client, models: list[Model]):
+    model = st.selectbox("Model", models, format_func=str, key="people_model")
+    kind, text = st.session_state.pop("people_message", (None, None))
+    if kind:
+        getattr(st, kind)(text)
+    with st.form("enroll", clear_on_submit=True):
+        name = st.text_input("Name", key="enroll_name")
+        upload = st.file_uploader("A photo of that person alone", type=PHOTO_TYPES, key="enroll_upload")
+        sample = st.selectbox("or a sample photo", [""] + sample_photos(), key="enroll_sample")
+        if st.form_submit_button("Enroll", key="enroll"):
+            data = upload.getvalue() if upload else (PHOTOS / sample).read_bytes() if sample else None
+            if not name.strip() or data is None:
+                st.session_state["people_message"] = ("error", "Give a name and a photo.")
+            elif not too_large(upload.name if upload else sample, data):
+                gallery_change(client, model, enroll=name.strip(), photo=data)
+            st.rerun()
+    try:
+        listed = face_api.people(client, model.name)
+    except Exception as e:  # noqa: BLE001
+        st.error(face_api.readable(e))
+        return
+    st.subheader(f"{len({p['name'] for p in listed})} people")
+    table(listed)
+    names = sorted({p["name"] for p in listed if p["source"] == "enrolled"})
+    forget = st.selectbox("Forget an enrolled person", [""] + names, key="forget_name")
+    if st.button("Forget", disabled=not forget, key="forget"):
+        gallery_change(client, model, forget=forget)
+        st.rerun()
+
+
+def video_tab(client, models: list[Model]):
+    sequences = [m for m in models if m.sequence]
+    if not sequences:
+        st.warning("No ready sequence model (like face_sequence) on this server.")
+        return
+    model = st.selectbox("Sequence model", sequences, format_func=str, key="video_model")
+    upload = st.file_uploader("A video", type=VIDEO_TYPES, key="video_upload")
+    use_sample = st.checkbox(f"or the sample video ({SAMPLE_VIDEO.name})", key="video_sample",
+                             disabled=not SAMPLE_VIDEO.exists())
+    every = st.number_input("Send every n-th frame", 1, 1000, 1, key="video_every")
+    if st.button("Process", disabled=not (upload or use_sample), key="video_process"):
+        with tempfile.TemporaryDirectory(prefix="face-app-") as work:
+            source = SAMPLE_VIDEO if use_sample and not upload else None
+            if upload is not None and not too_large(upload.name, upload.getvalue()):
+                source = Path(work) / Path(upload.name).name
+                source.write_bytes(upload.getvalue())
+            if source is not None:
+                st.session_state["video_result"] = run_video(client, model, source, int(every), Path(work))
+    if "video_result" in st.session_state:
+        show_video_result(st.session_state["video_result"])
+
+
+def run_video(client, model: Model, source: Path, every: int, work: Path) -> dict:
+    """The video through `model` as one sequence, with a progress bar and the latest frame; the
+    annotated video is kept in memory (files in `work` go when the caller is done)."""
+    run = video.Run(str(source), work / "annotated.mp4", work / "report.json")
+    bar, preview = st.progress(0.0, text="starting ..."), st.empty()
+
+    def on_frame(run: video.Run, index: int, image, doc: dict):
+        share = min(1.0, run.sent / run.total) if run.total else 0.0
+        bar.progress(share, text=f"frame {run.sent}" + (f" of {run.total}" if run.total else ""))
+        preview.image(image, caption=f"frame {index}")
+
+    video.process(client, model.name, run, every, on_frame=on_frame)
+    bar.empty()
+    preview.empty()
+    return {"source": source.name, "ended": run.ended, "failed": run.failed, "frames": run.sent,
+            "fps": run.fps, "rows": video.people_table(run),
+            "video": run.video.read_bytes() if run.video.exists() else None,
+            "report": run.document(model.name)}
+
+
+def show_video_result(result: dict):
+    text = f"{result['source']}: {result['frames']} frames at {result['fps']:.1f}/s, {result['ended']}"
+    (st.error if result["failed"] else st.success)(text)
+    if result["video"]:
+        st.video(result["video"], format="video/mp4")
+    st.subheader("Who appeared")
+    if result["rows"]:
+        table(result["rows"])
+    else:
+        st.info("No face in the frames sent.")
+    st.download_button("Download the report (JSON)", json.dumps(result["report"], indent=1),
+                       file_name="report.json", mime="application/json")
+
+
+def main():
+    st.set_page_config(page_title="triton-face", layout="wide")
+    st.title("triton-face")
+    url = st.sidebar.text_input("Triton server (HTTP host:port)", os.environ.get("FACE_URL", "localhost:8000"))
+    client = reach(url.strip())
+    if client is None:
+        return
+    try:
+        models = face_models(url.strip())
+    except Exception as e:  # noqa: BLE001
+        st.error(face_api.readable(e))
+        return
+    if not models:
+        st.error(f"The server at {url} has no ready model of backend `face`.")
+        return
+    st.sidebar.markdown("**Models**\n\n" + "\n".join(f"- {m}" for m in models))
+    st.sidebar.caption(f"Uploads up to {MAX_UPLOAD_MB:g} MB")
+    photos, people, clips = st.tabs(["Photos", "People", "Video"])
+    with photos:
+        photos_tab(client, models)
+    with people:
+        people_tab(client, models)
+    with clips:
+        video_tab(client, models)
+
+
+main()

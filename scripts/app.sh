@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The browser app, from a fresh machine: set up, build, then serve scripts/app.py with
+# Streamlit on http://localhost:8501 (APP_PORT). The app starts a tritonserver on
+# model_repository/ itself when none answers at FACE_URL (default localhost:8000).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+# shellcheck source=/dev/null
+source assets/env.sh
+bash scripts/build.sh
+
+export FACE_APP_MAX_UPLOAD_MB="${FACE_APP_MAX_UPLOAD_MB:-50}"
+echo "== streamlit: open http://localhost:${APP_PORT:-8501} (Ctrl-C stops the app and its server)"
+# Streamlit's own upload limit is whole megabytes; the app refuses anything above its own.
+exec "$PYTHON" -m streamlit run scripts/app.py --server.headless true \
+    --server.port "${APP_PORT:-8501}" --browser.gatherUsageStats false \
+    --server.maxUploadSize "$(( ${FACE_APP_MAX_UPLOAD_MB%.*} + 1 ))"
