@@ -1,13 +1,17 @@
 # Entry points; each script sets up what it needs (scripts/setup.sh) first.
-.PHONY: help run test bench
+.PHONY: help run app test bench
 
 help:
 	@echo "make run    build, serve model_repository/ with tritonserver, run the demo client"
+	@echo "make app    build, then the browser app on http://localhost:8501 (starts a server if none runs)"
 	@echo "make test   build, Rust unit tests, end-to-end tests against tritonserver"
 	@echo "make bench  perf_analyzer against the server vs. the in-process engine (out/bench.txt), then the gallery matching, ours vs faiss (out/bench-matching.txt)"
 
 run:
 	bash scripts/run.sh
+
+app:
+	bash scripts/app.sh
 
 test:
 	bash scripts/test.sh

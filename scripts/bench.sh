@@ -50,6 +50,8 @@
 #                                  join.py on PostgreSQL; needs the matching
 #                                  bench's million-row data set; the first run
 #                                  builds the index, ~20 min)
+#   BENCH_VIDEO=1                  0: leave out the 10 fps streams per machine
+#                                  (benches/video_streams.py, each engine)
 #   BENCH_LIBRARY=PATH             serve this libtriton_face.so instead of
 #                                  building one: no setup.sh (assets/env.sh must
 #                                  exist), no cargo build, no in-process bench
@@ -373,4 +375,8 @@ if [ "${BENCH_SCALE:-1}" = 1 ]; then
     "$PYTHON" benches/gallery_scale/run.py --library "$LIBRARY" --window-ms 8000
     log "a server joining a PostgreSQL gallery of a million: benches/gallery_scale/join.py (out/bench-gallery-join.txt)"
     "$PYTHON" benches/gallery_scale/join.py --library "$LIBRARY"
+fi
+if [ "${BENCH_VIDEO:-1}" = 1 ]; then
+    log "10 fps video streams per machine: benches/video_streams.py (out/bench-video-streams.txt)"
+    FACE_BACKEND_LIB="$LIBRARY" "$PYTHON" benches/video_streams.py
 fi

@@ -9,6 +9,7 @@ each frame's faces and the END summary (who appeared, in which frames, best dist
     python scripts/video.py rtsp://host/stream --every 3
     python scripts/video.py sample.mp4 --streams 4 --pace 10   # 4 copies as 10 fps live streams
 
+With no server at a local --url it starts one on model_repository/ (stopped when it exits).
 Ctrl-C, a broken stream or a refused frame end the sequence at once (END), so the server drops
 its state; what was processed so far is written. Exit status: 0 when every input ran to its end,
 1 when one broke or failed, 130 after Ctrl-C.
@@ -29,6 +30,7 @@ import av
 from tqdm import tqdm
 
 import face_api
+import local_server
 
 # Seconds to wait for a stream to open or to give its next packet before calling it broken.
 STREAM_TIMEOUT_S = 10.0
@@ -224,6 +226,13 @@ def on_ctrl_c(stop: threading.Event) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not local_server.is_ready(args.url) and local_server.is_local(args.url):
+        print(f"no server at {args.url}: starting tritonserver on model_repository/ ...", file=sys.stderr)
+        try:
+            local_server.start(args.url)
+        except local_server.NotStarted as e:
+            print(e, file=sys.stderr)
+            return 1
     sources = args.inputs * args.streams if len(args.inputs) == 1 else args.inputs
     runs = []
     for i, source in enumerate(sources):
