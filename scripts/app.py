@@ -85,13 +85,12 @@ def face_models(url: str) -> list[Model]:
     return sorted(found, key=lambda m: (m.sequence, m.name))
 
 
-def too_large(name: str, data: bytes) -> bool:
-    """Refuse a file above the limit with a message (True when refused)."""
+def too_large(name: str, data: bytes) -> str | None:
+    """Why a file is refused for its size, or None."""
     if len(data) > MAX_UPLOAD_MB * 1e6:
-        st.error(f"{name} is {len(data) / 1e6:.1f} MB; this app takes files up to "
-                 f"{MAX_UPLOAD_MB:g} MB (FACE_APP_MAX_UPLOAD_MB).")
-        return True
-    return False
+        return (f"{name} is {len(data) / 1e6:.1f} MB; this app takes files up to "
+                f"{MAX_UPLOAD_MB:g} MB (FACE_APP_MAX_UPLOAD_MB).")
+    return None
 
 
 def sample_photos() -> list[str]:
@@ -113,7 +112,8 @@ def face_rows(faces: list[dict]) -> list[dict]:
 
 def show_photo(client, model: Model, name: str, data: bytes, threshold: float, as_json: bool):
     """One photo: its answer drawn on it, a table of its faces, the JSON on demand."""
-    if too_large(name, data):
+    if refused := too_large(name, data):
+        st.error(refused)
         return
     try:
         doc = face_api.infer(client, model.name, {"match_threshold": threshold}, photo=data)
@@ -156,21 +156,45 @@ def photos_tab(client, models: list[Model]):
         show_photo(client, model, name, data, threshold, as_json)
 
 
-def gallery_change(client, model: Model, **change) -> None:
-    """ENROLL or FORGET, then the outcome as a message kept across the rerun that shows it."""
+def gallery_change(client, model: Model, **change) -> tuple[str, str]:
+    """ENROLL or FORGET -> (kind, text) of the message that says how it went."""
+    extra = face_api.one_step() if model.sequence else {}
     try:
-        doc = face_api.infer(client, model.name, **change)
-    except Exception as e:  # noqa: BLE001
-        st.session_state["people_message"] = ("error", face_api.readable(e))
-        return
+        doc = face_api.infer(client, model.name, **change, **extra)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a message
+        return "error", face_api.readable(e)
     if "enroll" in change:
-        text = f"Enrolled {change['enroll']} (gallery: {doc['enrolled']['gallery_size']})"
+        done = doc["enrolled"]
+        if not done["added"]:
+            return "info", f"{done['name']} already has this face (nothing added)"
+        return "success", f"Enrolled {done['name']} (gallery: {done['gallery_size']})"
+    gone = doc["forgotten"]
+    text = f"Forgot {gone['name']}: {gone['removed']} embedding(s) removed"
+    if gone["folder_files"]:
+        text += f"; still known from the gallery folder: {', '.join(gone['folder_files'])}"
+    return "success", text
+
+
+def enroll_form(client, model: Model) -> None:
+    """Name + photo -> ENROLL; the outcome is shown after the rerun that lists the change."""
+    with st.form("enroll", clear_on_submit=True):
+        name = st.text_input("Name", key="enroll_name").strip()
+        upload = st.file_uploader("A photo of that person alone", type=PHOTO_TYPES, key="enroll_upload")
+        sample = st.selectbox("or a sample photo", [""] + sample_photos(), key="enroll_sample")
+        if not st.form_submit_button("Enroll", key="enroll"):
+            return
+    if upload is not None:
+        photo, data = upload.name, upload.getvalue()
     else:
-        gone = doc["forgotten"]
-        text = f"Forgot {gone['name']}: {gone['removed']} embedding(s) removed"
-        if gone["folder_files"]:
-            text += f"; still known from the gallery folder: {', '.join(gone['folder_files'])}"
-    st.session_state["people_message"] = ("success", text)
+        photo, data = sample, (PHOTOS / sample).read_bytes() if sample else None
+    if not name or data is None:
+        outcome = ("error", "Give a name and a photo.")
+    elif refused := too_large(photo, data):
+        outcome = ("error", refused)
+    else:
+        outcome = gallery_change(client, model, enroll=name, photo=data)
+    st.session_state["people_message"] = outcome
+    st.rerun()
 
 
 def people_tab(client, models: list[Model]):
@@ -178,19 +202,9 @@ def people_tab(client, models: list[Model]):
     kind, text = st.session_state.pop("people_message", (None, None))
     if kind:
         getattr(st, kind)(text)
-    with st.form("enroll", clear_on_submit=True):
-        name = st.text_input("Name", key="enroll_name")
-        upload = st.file_uploader("A photo of that person alone", type=PHOTO_TYPES, key="enroll_upload")
-        sample = st.selectbox("or a sample photo", [""] + sample_photos(), key="enroll_sample")
-        if st.form_submit_button("Enroll", key="enroll"):
-            data = upload.getvalue() if upload else (PHOTOS / sample).read_bytes() if sample else None
-            if not name.strip() or data is None:
-                st.session_state["people_message"] = ("error", "Give a name and a photo.")
-            elif not too_large(upload.name if upload else sample, data):
-                gallery_change(client, model, enroll=name.strip(), photo=data)
-            st.rerun()
+    enroll_form(client, model)
     try:
-        listed = face_api.people(client, model.name)
+        listed = face_api.people(client, model.name, **(face_api.one_step() if model.sequence else {}))
     except Exception as e:  # noqa: BLE001
         st.error(face_api.readable(e))
         return
@@ -199,7 +213,7 @@ def people_tab(client, models: list[Model]):
     names = sorted({p["name"] for p in listed if p["source"] == "enrolled"})
     forget = st.selectbox("Forget an enrolled person", [""] + names, key="forget_name")
     if st.button("Forget", disabled=not forget, key="forget"):
-        gallery_change(client, model, forget=forget)
+        st.session_state["people_message"] = gallery_change(client, model, forget=forget)
         st.rerun()
 
 
@@ -216,9 +230,12 @@ def video_tab(client, models: list[Model]):
     if st.button("Process", disabled=not (upload or use_sample), key="video_process"):
         with tempfile.TemporaryDirectory(prefix="face-app-") as work:
             source = SAMPLE_VIDEO if use_sample and not upload else None
-            if upload is not None and not too_large(upload.name, upload.getvalue()):
-                source = Path(work) / Path(upload.name).name
-                source.write_bytes(upload.getvalue())
+            if upload is not None:
+                if refused := too_large(upload.name, upload.getvalue()):
+                    st.error(refused)
+                else:
+                    source = Path(work) / Path(upload.name).name
+                    source.write_bytes(upload.getvalue())
             if source is not None:
                 st.session_state["video_result"] = run_video(client, model, source, int(every), Path(work))
     if "video_result" in st.session_state:

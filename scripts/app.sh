@@ -12,7 +12,9 @@ bash scripts/build.sh
 
 export FACE_APP_MAX_UPLOAD_MB="${FACE_APP_MAX_UPLOAD_MB:-50}"
 echo "== streamlit: open http://localhost:${APP_PORT:-8501} (Ctrl-C stops the app and its server)"
-# Streamlit's own upload limit is whole megabytes; the app refuses anything above its own.
-exec "$PYTHON" -m streamlit run scripts/app.py --server.headless true \
-    --server.port "${APP_PORT:-8501}" --browser.gatherUsageStats false \
-    --server.maxUploadSize "$(( ${FACE_APP_MAX_UPLOAD_MB%.*} + 1 ))"
+# Streamlit's own upload limit (whole megabytes, at least 1) follows the app's; the app
+# refuses anything above its own with a message. Other settings: .streamlit/config.toml.
+mb="${FACE_APP_MAX_UPLOAD_MB%.*}"
+[ "${mb:-0}" -ge 1 ] || mb=1
+exec "$PYTHON" -m streamlit run scripts/app.py --server.port "${APP_PORT:-8501}" \
+    --server.maxUploadSize "$mb"

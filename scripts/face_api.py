@@ -69,9 +69,9 @@ def infer(client, model: str, parameters: dict | None = None, **request) -> dict
     return json.loads(result.as_numpy("RESULT")[0][0])
 
 
-def people(client, model: str) -> list[dict]:
-    """The gallery's people (LIST): [{"name", "embeddings"}, ...]."""
-    return infer(client, model, list_people=True)["people"]
+def people(client, model: str, **sequence) -> list[dict]:
+    """The gallery's people (LIST): [{"name", "embeddings", "source"}, ...]."""
+    return infer(client, model, list_people=True, **sequence)["people"]
 
 
 def readable(error: BaseException) -> str:
@@ -125,6 +125,12 @@ def new_sequence_id() -> int:
     """A correlation ID no other client picks: 63 random bits (never 0, which Triton reads as
     'no sequence')."""
     return secrets.randbits(63) or 1
+
+
+def one_step() -> dict:
+    """The sequence keywords of a request to a sequence model that is not part of a video (a
+    gallery operation): a sequence of its own, started and ended by this one request."""
+    return {"sequence_id": new_sequence_id(), "sequence_start": True, "sequence_end": True}
 
 
 class Sequence:

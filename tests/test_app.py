@@ -145,9 +145,10 @@ def test_sample_video_summary(app_server, monkeypatch):
 
 @pytest.fixture
 def people_app(start_server, monkeypatch):
-    """The app on a server of its own (it enrolls), gallery {obama, biden}, room for 3."""
-    server = start_server(params={"max_gallery_size": "3"})
-    return open_app(monkeypatch, url_of(server))
+    """The app on a server of its own (it enrolls): `face` and `face_sequence`, each with the
+    gallery {obama, biden} and room for 3; photos up to 0.5 MB."""
+    server = start_server(params={"max_gallery_size": "3"}, more_models=(SEQUENCE_MODEL,))
+    return open_app(monkeypatch, url_of(server), FACE_APP_MAX_UPLOAD_MB="0.5")
 
 
 def listed(app) -> set[str]:
@@ -164,7 +165,7 @@ def enroll(app, name: str, sample: str) -> AppTest:
 def test_enroll_and_forget_change_the_list(people_app):
     app = people_app
     assert listed(app) == {"obama", "biden"}
-    enroll(app, "alice", "obama3.jpg")
+    enroll(app, "alice", "obama2.jpg")
     assert texts(app, "success") == ["Enrolled alice (gallery: 3)"]
     assert listed(app) == {"obama", "biden", "alice"}
     app.selectbox(key="forget_name").set_value("alice")
@@ -178,7 +179,7 @@ def test_enroll_and_forget_change_the_list(people_app):
 @pytest.mark.parametrize("name, sample, says", [
     ("carol", "noface.jpg", "found 0"),
     ("carol", "group5.jpg", "found 5"),
-    ("unknown", "obama3.jpg", "reserved"),
+    ("unknown", "obama2.jpg", "reserved"),
 ])
 def test_enroll_refusals_are_messages(people_app, name, sample, says):
     app = enroll(people_app, name, sample)
@@ -188,10 +189,31 @@ def test_enroll_refusals_are_messages(people_app, name, sample, says):
 
 
 def test_full_gallery_is_a_message(people_app):
-    app = enroll(people_app, "alice", "obama3.jpg")
+    app = enroll(people_app, "alice", "obama2.jpg")
     app = enroll(app, "bob", "obama_640x480.jpg")
     [error] = texts(app, "error")
     assert error.startswith("The server cannot do this now:") and "gallery is full" in error, error
+
+
+def test_too_large_photo_is_a_message(people_app):
+    app = enroll(people_app, "alice", "obama3.jpg")
+    assert texts(app, "error") == [
+        "obama3.jpg is 0.6 MB; this app takes files up to 0.5 MB (FACE_APP_MAX_UPLOAD_MB)."]
+    assert listed(app) == {"obama", "biden"}
+
+
+def test_sequence_model_gallery(people_app):
+    """A sequence model's gallery is managed like any other (each operation a one-request
+    sequence of its own), and it is its own: `face` does not change."""
+    app = people_app
+    app.selectbox(key="people_model").select_index(1)  # face_sequence (sequence models last)
+    rerun(app)
+    enroll(app, "alice", "obama2.jpg")
+    assert texts(app, "success") == ["Enrolled alice (gallery: 3)"]
+    assert listed(app) == {"obama", "biden", "alice"}
+    app.selectbox(key="people_model").select_index(0)
+    rerun(app)
+    assert listed(app) == {"obama", "biden"}
 
 
 @pytest.mark.engines("onnx")
