@@ -126,6 +126,16 @@ def test_uploads_and_bad_files_are_messages(app_server, monkeypatch, photos):
     assert any(e.startswith("broken.jpg: The request was refused:") for e in errors), errors
 
 
+def test_camera_photo(app_server, monkeypatch, photos):
+    app = open_app(monkeypatch, url_of(app_server))
+    assert not app.camera_input, "the camera is asked for only when wanted"
+    app.toggle(key="use_camera").set_value(True)
+    rerun(app)
+    app.camera_input[0].set_value(("shot.jpg", photos.bytes("obama_640x480.jpg"), "image/jpeg"))
+    rerun(app)
+    assert "**camera**: 1 face(s); obama" in texts(app, "markdown")
+
+
 # ---- video -----------------------------------------------------------------------------------
 
 def test_sample_video_summary(app_server, monkeypatch):
