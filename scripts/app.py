@@ -97,6 +97,11 @@ def sample_photos() -> list[str]:
     return sorted(p.name for p in PHOTOS.glob("*") if p.suffix.lower().lstrip(".") in PHOTO_TYPES)
 
 
+def one_step(model: Model) -> dict:
+    """A sequence model takes a photo or a gallery operation as a sequence of its own."""
+    return face_api.one_step() if model.sequence else {}
+
+
 def table(rows: list[dict]) -> None:
     """Rows as a plain table (text a reader and a browser test can find); a long one scrolls."""
     if len(rows) <= LONG_TABLE:
@@ -116,7 +121,8 @@ def show_photo(client, model: Model, name: str, data: bytes, threshold: float, a
         st.error(refused)
         return
     try:
-        doc = face_api.infer(client, model.name, {"match_threshold": threshold}, photo=data)
+        doc = face_api.infer(client, model.name, {"match_threshold": threshold}, photo=data,
+                             **one_step(model))
     except Exception as e:  # noqa: BLE001 - every failure becomes a message
         st.error(f"{name}: {face_api.readable(e)}")
         return
@@ -135,12 +141,7 @@ def show_photo(client, model: Model, name: str, data: bytes, threshold: float, a
         right.json(doc)
 
 
-def photos_tab(client, models: list[Model]):
-    still = [m for m in models if not m.sequence]
-    if not still:
-        st.warning("No ready face model without a sequence batcher on this server.")
-        return
-    model = st.selectbox("Model", still, format_func=str, key="photo_model")
+def photos_tab(client, model: Model):
     threshold = st.slider("match_threshold (same person below this distance)", 0.01,
                           1.5 if model.engine == "dlib" else 1.0, model.threshold, 0.01,
                           key=f"threshold_{model.name}")
@@ -158,9 +159,8 @@ def photos_tab(client, models: list[Model]):
 
 def gallery_change(client, model: Model, **change) -> tuple[str, str]:
     """ENROLL or FORGET -> (kind, text) of the message that says how it went."""
-    extra = face_api.one_step() if model.sequence else {}
     try:
-        doc = face_api.infer(client, model.name, **change, **extra)
+        doc = face_api.infer(client, model.name, **change, **one_step(model))
     except Exception as e:  # noqa: BLE001 - every failure becomes a message
         return "error", face_api.readable(e)
     if "enroll" in change:
@@ -197,14 +197,13 @@ def enroll_form(client, model: Model) -> None:
     st.rerun()
 
 
-def people_tab(client, models: list[Model]):
-    model = st.selectbox("Model", models, format_func=str, key="people_model")
+def people_tab(client, model: Model):
     kind, text = st.session_state.pop("people_message", (None, None))
     if kind:
         getattr(st, kind)(text)
     enroll_form(client, model)
     try:
-        listed = face_api.people(client, model.name, **(face_api.one_step() if model.sequence else {}))
+        listed = face_api.people(client, model.name, **one_step(model))
     except Exception as e:  # noqa: BLE001
         st.error(face_api.readable(e))
         return
@@ -217,12 +216,10 @@ def people_tab(client, models: list[Model]):
         st.rerun()
 
 
-def video_tab(client, models: list[Model]):
-    sequences = [m for m in models if m.sequence]
-    if not sequences:
+def video_tab(client, model: Model | None):
+    if model is None:
         st.warning("No ready sequence model (like face_sequence) on this server.")
         return
-    model = st.selectbox("Sequence model", sequences, format_func=str, key="video_model")
     upload = st.file_uploader("A video", type=VIDEO_TYPES, key="video_upload")
     use_sample = st.checkbox(f"or the sample video ({SAMPLE_VIDEO.name})", key="video_sample",
                              disabled=not SAMPLE_VIDEO.exists())
@@ -292,14 +289,18 @@ def main():
         st.error(f"The server at {url} has no ready model of backend `face`.")
         return
     st.sidebar.markdown("**Models**\n\n" + "\n".join(f"- {m}" for m in models))
+    model = st.sidebar.selectbox("Model (photos, people)", models, format_func=str, key="model")
+    sequences = [m for m in models if m.sequence]
+    video_model = st.sidebar.selectbox("Sequence model (video)", sequences, format_func=str,
+                                       key="video_model") if sequences else None
     st.sidebar.caption(f"Uploads up to {MAX_UPLOAD_MB:g} MB")
     photos, people, clips = st.tabs(["Photos", "People", "Video"])
     with photos:
-        photos_tab(client, models)
+        photos_tab(client, model)
     with people:
-        people_tab(client, models)
+        people_tab(client, model)
     with clips:
-        video_tab(client, models)
+        video_tab(client, video_model)
 
 
 main()

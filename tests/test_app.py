@@ -126,6 +126,16 @@ def test_uploads_and_bad_files_are_messages(app_server, monkeypatch, photos):
     assert any(e.startswith("broken.jpg: The request was refused:") for e in errors), errors
 
 
+def test_photos_on_a_sequence_model(app_server, monkeypatch):
+    """A photo sent to a sequence model goes as a sequence of its own (START and END)."""
+    app = open_app(monkeypatch, url_of(app_server))
+    app.selectbox(key="model").select_index(1)  # face_sequence: sequence models come last
+    app.multiselect(key="photo_samples").set_value(["biden.jpg"])
+    rerun(app)
+    assert "**biden.jpg**: 1 face(s); biden" in texts(app, "markdown")
+    assert not app.error
+
+
 def test_camera_photo(app_server, monkeypatch, photos):
     app = open_app(monkeypatch, url_of(app_server))
     assert not app.camera_input, "the camera is asked for only when wanted"
@@ -216,12 +226,12 @@ def test_sequence_model_gallery(people_app):
     """A sequence model's gallery is managed like any other (each operation a one-request
     sequence of its own), and it is its own: `face` does not change."""
     app = people_app
-    app.selectbox(key="people_model").select_index(1)  # face_sequence (sequence models last)
+    app.selectbox(key="model").select_index(1)  # face_sequence (sequence models last)
     rerun(app)
     enroll(app, "alice", "obama2.jpg")
     assert texts(app, "success") == ["Enrolled alice (gallery: 3)"]
     assert listed(app) == {"obama", "biden", "alice"}
-    app.selectbox(key="people_model").select_index(0)
+    app.selectbox(key="model").select_index(0)
     rerun(app)
     assert listed(app) == {"obama", "biden"}
 
