@@ -34,6 +34,9 @@ import local_server
 
 # Seconds to wait for a stream to open or to give its next packet before calling it broken.
 STREAM_TIMEOUT_S = 10.0
+# Frames whose faces the report keeps (about 300 bytes each with one face: 30 MB); a camera left
+# running sends more, which are counted but not kept.
+KEEP_FRAMES = 100_000
 
 
 def open_input(source: str):
@@ -124,7 +127,12 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
     stop = stop or threading.Event()
     start = time.monotonic()
     try:
-        with open_input(run.source) as container, face_api.Sequence(client, model) as sequence:
+        container = open_input(run.source)
+    except (av.FFmpegError, OSError) as e:
+        run.ended, run.failed = f"cannot open the input: {e}", True
+        return run
+    try:
+        with container, face_api.Sequence(client, model) as sequence:
             run.sequence_id = sequence.id
             if frame_count(container):
                 run.total = -(-frame_count(container) // every)
@@ -167,7 +175,8 @@ def send_frames(sequence, source, run: Run, fps: float, pace: float, stop, on_fr
             if not writer:
                 writer.append(Annotated(run.video, fps, image.width, image.height))
             writer[0].write(image)
-        run.faces.append({"frame": index, "faces": [face_row(f) for f in doc["faces"]]})
+        if len(run.faces) < KEEP_FRAMES:
+            run.faces.append({"frame": index, "faces": [face_row(f) for f in doc["faces"]]})
         run.sent += 1
         run.seconds = time.monotonic() - start
         if on_frame:

@@ -175,6 +175,15 @@ def test_ctrl_c_ends_the_sequence(sequence_server, sample_video, tmp_path):
     assert_no_live_sequence(sequence_server)
 
 
+def test_missing_input_is_a_message(sequence_server, tmp_path):
+    done = run_video(sequence_server, str(tmp_path / "nothing.mp4"), out=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((tmp_path / "nothing.json").read_text())
+    assert report["ended"].startswith("cannot open the input"), report["ended"]
+    assert report["frames_sent"] == 0 and report["summary"] is None
+    assert "Traceback" not in done.stderr
+
+
 def test_streams_at_once(sequence_server, sample_video, tmp_path):
     done = run_video(sequence_server, str(sample_video.path), "--streams", "2", "--every", "5",
                      out=tmp_path)
