@@ -44,25 +44,15 @@ class Model:
         return f"{self.name} ({self.engine}{', sequence' if self.sequence else ''})"
 
 
-@st.cache_resource
-def started_server(url: str):
-    """The server this app started (one per URL, for the app's lifetime)."""
-    return local_server.start(url)
-
-
 def reach(url: str):
     """A client of a ready server at `url`, starting one for a local URL; None (and a message
     on the page) when there is none."""
     if not local_server.is_ready(url):
-        if not local_server.is_local(url):
-            st.error(f"No Triton server answers at {url}.")
-            return None
         try:
-            with st.spinner(f"No server at {url}: starting tritonserver on model_repository/ ..."):
-                started_server(url)
+            with st.spinner(f"No server at {url}: starting one on model_repository/ if local ..."):
+                local_server.ensure(url)
         except local_server.NotStarted as e:
-            started_server.clear()
-            st.error(f"Could not start a server at {url}: {e}")
+            st.error(str(e))
             return None
     return face_api.connect(url)
 

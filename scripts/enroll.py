@@ -28,10 +28,11 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 from tqdm import tqdm
 from tritonclient.utils import InferenceServerException
+
+import face_api
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
 # UNAVAILABLE (a busy store, a restarting server) is tried again this often.
@@ -106,21 +107,13 @@ class Enroller:
     def client(self) -> httpclient.InferenceServerClient:
         # One client per worker thread: a client's connection is not shared.
         if not hasattr(self.local, "client"):
-            self.local.client = httpclient.InferenceServerClient(
-                self.url, connection_timeout=self.timeout, network_timeout=self.timeout)
+            self.local.client = face_api.connect(self.url, self.timeout)
         return self.local.client
 
     def enroll(self, name: str, data: bytes) -> dict:
-        inputs = []
-        for tensor_name, value in (("ENCODED", data), ("ENROLL", name.encode())):
-            tensor = httpclient.InferInput(tensor_name, [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[value]], dtype=object))
-            inputs.append(tensor)
-        outputs = [httpclient.InferRequestedOutput("RESULT")]
         for attempt in range(RETRIES + 1):
             try:
-                result = self.client().infer(self.model, inputs, outputs=outputs)
-                return json.loads(result.as_numpy("RESULT")[0][0])["enrolled"]
+                return face_api.infer(self.client(), self.model, photo=data, enroll=name)["enrolled"]
             except InferenceServerException as e:
                 if e.status() not in ("503", "StatusCode.UNAVAILABLE") or attempt == RETRIES:
                     raise

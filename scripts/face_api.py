@@ -33,9 +33,9 @@ def _bytes(name: str, value: bytes) -> httpclient.InferInput:
     return tensor
 
 
-def inputs_of(photo=None, image=None, enroll=None, forget=None, list_people=False):
+def inputs_of(photo=None, image=None, enroll=None, forget=None, list_people=False, reference=None):
     """The request's input tensors: an encoded photo (bytes) or decoded RGB pixels (H x W x 3
-    uint8), and at most one gallery operation."""
+    uint8), at most one gallery operation, and a REFERENCE embedding to verify against."""
     inputs = []
     if photo is not None:
         inputs.append(_bytes("ENCODED", photo))
@@ -51,6 +51,11 @@ def inputs_of(photo=None, image=None, enroll=None, forget=None, list_people=Fals
     if list_people:
         tensor = httpclient.InferInput("LIST", [1, 1], "BOOL")
         tensor.set_data_from_numpy(np.array([[True]]))
+        inputs.append(tensor)
+    if reference is not None:
+        vector = np.asarray([reference], dtype=np.float32)
+        tensor = httpclient.InferInput("REFERENCE", list(vector.shape), "FP32")
+        tensor.set_data_from_numpy(vector)
         inputs.append(tensor)
     return inputs
 

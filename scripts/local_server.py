@@ -52,6 +52,20 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+def ensure(url: str, announce=lambda text: None) -> None:
+    """A server answers at `url` afterwards: one is started (and `announce`d) when none does and
+    the URL is local; NotStarted says why not."""
+    if is_ready(url):
+        return
+    if not is_local(url):
+        raise NotStarted(f"No Triton server answers at {url}.")
+    announce(f"No server at {url}: starting tritonserver on model_repository/ ...")
+    try:
+        start(url)
+    except NotStarted as e:
+        raise NotStarted(f"Could not start a server at {url}: {e}") from None
+
+
 def start(url: str, repository: Path = REPO_ROOT / "model_repository",
           log: Path = REPO_ROOT / "out" / "app-tritonserver.log") -> subprocess.Popen:
     """Start tritonserver for `url` (host:port; gRPC and metrics on the next two ports) and wait
@@ -69,17 +83,26 @@ def start(url: str, repository: Path = REPO_ROOT / "model_repository",
              f"--grpc-port={port + 1}", f"--metrics-port={port + 2}"],
             stdout=out, stderr=subprocess.STDOUT)
     STARTED.append(server)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            STARTED.remove(server)
-            raise NotStarted(f"tritonserver exited ({server.returncode}):\n{tail(log)}")
-        if is_ready(url):
-            return server
-        time.sleep(0.5)
-    server.kill()
+    if wait_ready(url, lambda: server.poll() is None, READY_TIMEOUT_S):
+        return server
     STARTED.remove(server)
+    if server.poll() is not None:
+        raise NotStarted(f"tritonserver exited ({server.returncode}):\n{tail(log)}")
+    server.kill()
     raise NotStarted(f"tritonserver not ready after {READY_TIMEOUT_S:.0f} s:\n{tail(log)}")
+
+
+def wait_ready(url: str, alive, timeout: float) -> bool:
+    """Whether the server at `url` became ready within `timeout` s; False at once when
+    `alive()` says its process is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if is_ready(url):
+            return True
+        if not alive():
+            return False
+        time.sleep(0.3)
+    return False
 
 
 def tail(log: Path, lines: int = 15) -> str:

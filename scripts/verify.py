@@ -15,26 +15,18 @@ Prints one line per face of PHOTO_B; the exit status is 0 when one of them is th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+import face_api
 
 
 def ask(client, model: str, photo: Path, parameters: dict, reference=None) -> dict:
     """One photo's RESULT document."""
-    data = np.array([[photo.read_bytes()]], dtype=np.object_)
-    inputs = [httpclient.InferInput("ENCODED", [1, 1], "BYTES")]
-    inputs[0].set_data_from_numpy(data)
-    if reference is not None:
-        ref = np.asarray([reference], dtype=np.float32)
-        inputs.append(httpclient.InferInput("REFERENCE", list(ref.shape), "FP32"))
-        inputs[-1].set_data_from_numpy(ref)
-    result = client.infer(model, inputs, parameters=parameters)
-    return json.loads(result.as_numpy("RESULT")[0][0])
+    return face_api.infer(client, model, parameters, photo=photo.read_bytes(), reference=reference)
 
 
 def main() -> int:

@@ -66,25 +66,33 @@ def frames(container, every: int = 1):
 
 
 class Annotated:
-    """The annotated video: H.264 in MP4 (yuv420p, so browsers play it), written as frames come."""
+    """The annotated video: H.264 in MP4 (yuv420p, so browsers play it), written as frames come;
+    the file is opened at the first frame, whose size it takes."""
 
-    def __init__(self, path: Path, fps: float, width: int, height: int):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.container = av.open(str(path), "w", format="mp4", options={"movflags": "+faststart"})
-        self.stream = self.container.add_stream("libx264", rate=max(1, round(fps)))
+    def __init__(self, path: Path, fps: float):
+        self.path, self.fps = path, fps
+        self.container = self.stream = None
+
+    def _open(self, width: int, height: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.container = av.open(str(self.path), "w", format="mp4", options={"movflags": "+faststart"})
+        self.stream = self.container.add_stream("libx264", rate=max(1, round(self.fps)))
         # yuv420p needs even sides.
         self.stream.width, self.stream.height = width - width % 2, height - height % 2
         self.stream.pix_fmt = "yuv420p"
         self.stream.options = {"crf": "23", "preset": "veryfast"}
 
     def write(self, image) -> None:
+        if self.container is None:
+            self._open(image.width, image.height)
         frame = av.VideoFrame.from_image(image).reformat(
             width=self.stream.width, height=self.stream.height, format="yuv420p")
         self.container.mux(self.stream.encode(frame))
 
     def close(self) -> None:
-        self.container.mux(self.stream.encode())
-        self.container.close()
+        if self.container is not None:
+            self.container.mux(self.stream.encode())
+            self.container.close()
 
 
 @dataclass
@@ -136,14 +144,13 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
             run.sequence_id = sequence.id
             if frame_count(container):
                 run.total = -(-frame_count(container) // every)
-            writer: list[Annotated] = []  # opened at the first frame, when its size is known
+            writer = Annotated(run.video, frame_rate(container) / every) if run.video else None
             try:
-                run.ended = send_frames(
-                    sequence, frames(container, every), run, frame_rate(container) / every, pace,
-                    stop, on_frame, writer)
+                run.ended = send_frames(sequence, frames(container, every), run, pace, stop,
+                                        on_frame, writer)
             finally:
-                for w in writer:
-                    w.close()
+                if writer is not None:
+                    writer.close()
             run.failed = run.ended.startswith("broken")
             run.summary = sequence.end()
     except Exception as e:  # noqa: BLE001 - the server refused or went away: say so, keep the rest
@@ -153,8 +160,8 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
     return run
 
 
-def send_frames(sequence, source, run: Run, fps: float, pace: float, stop, on_frame,
-                writer: list) -> str:
+def send_frames(sequence, source, run: Run, pace: float, stop, on_frame,
+                writer: Annotated | None) -> str:
     """The frame loop of `process`; returns how the input ended."""
     from PIL import Image
 
@@ -170,11 +177,9 @@ def send_frames(sequence, source, run: Run, fps: float, pace: float, stop, on_fr
             time.sleep(max(0.0, start + run.sent / pace - time.monotonic()))
         doc = sequence.send(image=rgb)
         image = None
-        if run.video is not None:
+        if writer is not None:
             image = face_api.draw(Image.fromarray(rgb), doc["faces"], tracks=True)
-            if not writer:
-                writer.append(Annotated(run.video, fps, image.width, image.height))
-            writer[0].write(image)
+            writer.write(image)
         if len(run.faces) < KEEP_FRAMES:
             run.faces.append({"frame": index, "faces": [face_row(f) for f in doc["faces"]]})
         run.sent += 1
@@ -235,13 +240,11 @@ def on_ctrl_c(stop: threading.Event) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not local_server.is_ready(args.url) and local_server.is_local(args.url):
-        print(f"no server at {args.url}: starting tritonserver on model_repository/ ...", file=sys.stderr)
-        try:
-            local_server.start(args.url)
-        except local_server.NotStarted as e:
-            print(e, file=sys.stderr)
-            return 1
+    try:
+        local_server.ensure(args.url, announce=lambda text: print(text, file=sys.stderr))
+    except local_server.NotStarted as e:
+        print(e, file=sys.stderr)
+        return 1
     sources = args.inputs * args.streams if len(args.inputs) == 1 else args.inputs
     runs = []
     for i, source in enumerate(sources):

@@ -4,8 +4,8 @@ log, if the server process exits first."""
 import argparse
 import os
 import sys
-import time
-import urllib.request
+
+import local_server
 
 
 def main():
@@ -15,17 +15,9 @@ def main():
     ap.add_argument("--log", help="server log, printed on failure")
     ap.add_argument("--timeout", type=float, default=120)
     args = ap.parse_args()
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://{args.url}/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if args.pid and not os.path.exists(f"/proc/{args.pid}"):
-            break
-        time.sleep(0.3)
+    alive = (lambda: os.path.exists(f"/proc/{args.pid}")) if args.pid else (lambda: True)
+    if local_server.wait_ready(args.url, alive, args.timeout):
+        return
     if args.log and os.path.exists(args.log):
         sys.stderr.write(open(args.log, errors="replace").read()[-6000:])
     sys.exit(f"tritonserver at {args.url} did not become ready")
