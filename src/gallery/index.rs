@@ -154,7 +154,7 @@ impl Deref for Graph {
 impl Graph {
     /// Add `vector` under `key` (split first when the index is i8; its fine
     /// bytes are put by the caller, who holds the write lock).
-    fn add(&self, key: u64, vector: &[f32], coarse: &mut [i8], fine: &mut [i8]) -> Result<()> {
+    fn add(&self, key: u64, vector: &[f32], coarse: &mut [i8], fine: &mut [u8]) -> Result<()> {
         let added = match self.fine {
             Some(_) => {
                 split::split(vector, coarse, fine);
@@ -334,7 +334,7 @@ impl VectorIndex {
                 .reserve_capacity_and_threads(grown, threads())
                 .map_err(|e| failed("grow", e))?;
         }
-        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0i8; self.dim]);
+        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0u8; split::fine_len(self.dim)]);
         index.add(key, vector, &mut coarse, &mut fine)?;
         self.strays_fresh.store(false, Ordering::Relaxed);
         if let Some(f) = index.fine.as_mut() {
@@ -503,7 +503,7 @@ impl VectorIndex {
             .collect();
         let dim = self.dim;
         if let Some(fine) = index.fine.as_mut() {
-            let (mut coarse, mut bytes) = (vec![0i8; dim], vec![0i8; dim]);
+            let (mut coarse, mut bytes) = (vec![0i8; dim], vec![0u8; split::fine_len(dim)]);
             for (key, vector) in &fresh {
                 split::split(vector, &mut coarse, &mut bytes);
                 fine.put(*key, &bytes);
@@ -573,7 +573,7 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
-        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0i8; self.dim]);
+        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0u8; split::fine_len(self.dim)]);
         let found = match (&index.fine, exact) {
             // The i8 ranking may order near ties wrongly: the re-rank below
             // sees RERANK_MORE more of them.
@@ -673,7 +673,7 @@ fn links_back(index: &Index, key: u64) -> u32 {
 }
 
 fn insert_part(index: &Graph, part: &[(u64, &[f32])], dim: usize) -> Result<usize> {
-    let (mut coarse, mut fine) = (vec![0i8; dim], vec![0i8; dim]);
+    let (mut coarse, mut fine) = (vec![0i8; dim], vec![0u8; split::fine_len(dim)]);
     for &(key, vector) in part {
         index.add(key, vector, &mut coarse, &mut fine)?;
     }
