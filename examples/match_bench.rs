@@ -1,10 +1,14 @@
 //! Matching alone, on a dataset of `benches/matching/data.py`: the gallery's
-//! vector index (usearch HNSW, f16) built from `base.f32`, then one query at
+//! vector index (usearch HNSW) built from `base.f32`, then one query at
 //! a time on one thread. Prints one JSON row per setting (the same fields as
 //! `benches/matching/faiss_bench.py`, so `make bench` joins them):
 //! build and save/load time, memory, p50/p99 per query, recall@1 against
 //! exact search and how often the planted row was found, and the strays
 //! found at load as the gallery finds them (scanned at every graph search).
+//! Rows `gallery` give what the gallery answers with each breadth as its
+//! first look (`looks::look`, at the engine's usual threshold or
+//! `--threshold`): the planted person named, another person named (a false
+//! name), and how many queries took the second, wider look.
 //!
 //! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
 //! [--exact-too] [--index FILE]`: with `--index FILE` a saved index is loaded
@@ -13,7 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use triton_face::gallery::index::{shape, ScalarKind, Shape, VectorIndex};
+use triton_face::gallery::index::{shape, Hit, ScalarKind, Shape, VectorIndex};
+use triton_face::gallery::looks::{look, Breadth};
 use triton_face::pipeline::Metric;
 
 struct Data {
@@ -100,11 +105,15 @@ struct Measured {
     planted_found: f64,
     /// The first hit is of the planted row's person (what a name needs).
     person_found: f64,
+    /// The largest gap between a first hit's distance and the one from its
+    /// f32 vector: what the stored precision moves a reported distance by.
+    distance_error: f32,
 }
 
 fn measure(d: &Data, index: &VectorIndex, exact: bool) -> Measured {
     let mut times = Vec::new();
     let (mut recall, mut planted, mut person) = (0usize, 0usize, 0usize);
+    let mut distance_error = 0f32;
     let queries: Vec<&[f32]> = d.queries.chunks_exact(d.dim).collect();
     for q in queries.iter().take(50) {
         let _ = index.nearest(q, 16); // warm up
@@ -118,6 +127,10 @@ fn measure(d: &Data, index: &VectorIndex, exact: bool) -> Measured {
         }
         .expect("search");
         times.push(start.elapsed().as_secs_f64() * 1e3);
+        if let Some(h) = hits.first() {
+            let row = &d.base[h.key as usize * d.dim..][..d.dim];
+            distance_error = distance_error.max((d.metric.distance(row, q) - h.distance).abs());
+        }
         let first = hits.first().map(|h| h.key as i64);
         recall += usize::from(first == Some(d.exact[i]));
         planted += usize::from(first == Some(d.planted[i]));
@@ -133,6 +146,61 @@ fn measure(d: &Data, index: &VectorIndex, exact: bool) -> Measured {
         recall_at_1: recall as f64 / n,
         planted_found: planted as f64 / n,
         person_found: person as f64 / n,
+        distance_error,
+    }
+}
+
+/// What the gallery answers (`looks::look`: the first look, then a wider
+/// one when no one is within the threshold), measured over all queries.
+struct Answered {
+    p50_ms: f64,
+    p99_ms: f64,
+    /// The planted row's person is named.
+    named_right: f64,
+    /// Another person is named: must stay 0.
+    named_wrong: f64,
+    /// Queries that took the second, wider look.
+    looked_again: f64,
+}
+
+fn answer(d: &Data, index: &VectorIndex, threshold: f32) -> Answered {
+    let label = |row: u64| d.labels[row as usize];
+    let (mut times, mut right, mut wrong, mut again) = (Vec::new(), 0, 0, 0);
+    for (i, q) in d.queries.chunks_exact(d.dim).enumerate() {
+        let mut looks = 0;
+        let start = Instant::now();
+        // As the gallery asks (live.rs, nearest_people): 16 hits.
+        let hits = look(
+            d.n,
+            index.approximate(),
+            threshold,
+            |h: &Hit| h.distance,
+            |breadth| {
+                looks += 1;
+                match breadth {
+                    Breadth::Graph(wide) => index.nearest_wide(q, 16, wide),
+                    Breadth::Exact => index.nearest_exact(q, 16),
+                }
+            },
+        )
+        .expect("search");
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        again += usize::from(looks > 1);
+        if let Some(h) = hits.first().filter(|h| h.distance <= threshold) {
+            let truth = label(d.planted[i] as u64);
+            right += usize::from(label(h.key) == truth);
+            wrong += usize::from(label(h.key) != truth);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    let n = times.len() as f64;
+    Answered {
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        named_right: right as f64 / n,
+        named_wrong: wrong as f64 / n,
+        looked_again: again as f64 / n,
     }
 }
 
@@ -200,7 +268,7 @@ fn main() {
                 "engine": "ours", "index": name, "param": param, "n": d.n, "dim": d.dim,
                 "kind": d.kind, "p50_ms": m.p50_ms, "p99_ms": m.p99_ms,
                 "recall_at_1": m.recall_at_1, "planted_found": m.planted_found,
-                "person_found": m.person_found, "build_s": build_s, "save_s": save_s, "load_s": load_s,
+                "person_found": m.person_found, "distance_error": m.distance_error, "build_s": build_s, "save_s": save_s, "load_s": load_s,
                 "mem_mib": mem, "index_mib": index_mib, "strays": strays, "strays_s": strays_s,
             })
         );
@@ -210,6 +278,23 @@ fn main() {
             "usearch-exact",
             format!("{:?} scan", shape.quantization),
             measure(&d, &index, true),
+        );
+    }
+    // The gallery's answers, with each breadth as its first look.
+    let threshold = flag("--threshold").map_or(d.metric.usual_threshold(), |x| {
+        x.parse().expect("--threshold")
+    });
+    for &ef in &efs {
+        index.set_expansion_search(ef);
+        let a = answer(&d, &index, threshold);
+        println!(
+            "{}",
+            serde_json::json!({
+                "engine": "ours", "index": "gallery", "param": format!("first ef={ef}"),
+                "n": d.n, "dim": d.dim, "kind": d.kind, "threshold": threshold,
+                "p50_ms": a.p50_ms, "p99_ms": a.p99_ms, "named_right": a.named_right,
+                "named_wrong": a.named_wrong, "looked_again": a.looked_again,
+            })
         );
     }
     for ef in efs {

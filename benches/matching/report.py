@@ -26,12 +26,23 @@ def main(paths: list[str]) -> None:
     for (kind, dim, n), group in by_set.items():
         print(f"\n{kind}, {dim}-d, {n:,} embeddings, one query at a time, one thread")
         print(head)
-        for r in group:
+        for r in (r for r in group if r["index"] != "gallery"):
             mem = r.get("index_mib", r.get("mem_mib", float("nan")))
             print(f"{r['engine']:6} {r['index']:26} {r['param']:14} {r['p50_ms']:8.3f} "
                   f"{r['p99_ms']:8.3f} {r['recall_at_1']:8.3f} {r['planted_found']:8.3f} "
                   f"{r.get('person_found', float('nan')):7.3f} "
                   f"{_num(r.get('build_s')):>8} {_num(r.get('load_s')):>7} {mem:7.0f}")
+
+
+        answers = [r for r in group if r["index"] == "gallery"]
+        if answers:
+            print(f"\nwhat the gallery answers (a first look, then a wider one before 'unknown'), "
+                  f"threshold {answers[0]['threshold']}")
+            print(f"{'first look':14} {'p50 ms':>8} {'p99 ms':>8} {'named right':>11} "
+                  f"{'named wrong':>11} {'looked again':>12}")
+            for r in answers:
+                print(f"{r['param']:14} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
+                      f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f}")
 
 
 def _num(x) -> str:

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::gallery::store::{self, Identity};
 use crate::gallery::{Gallery, Opened};
 use crate::pipeline::image::frame_from_encoded;
-use crate::pipeline::{Metric, Wanted};
+use crate::pipeline::Wanted;
 use crate::sequence::Sequences;
 use crate::triton::metrics::Gauge;
 use crate::triton::{log, ModelHandle};
@@ -29,16 +29,6 @@ pub struct ModelState {
 /// The engine a model's settings ask for, with its weights loaded.
 pub fn new_engine(s: &Settings) -> Result<Box<dyn Engine>> {
     crate::engine::load(s.engine, &s.weights_dir, s.dlib, &s.onnx)
-}
-
-/// The engine's usual same-person threshold when the config sets none.
-fn default_threshold(metric: Metric) -> f32 {
-    match metric {
-        Metric::Euclidean => 0.6,
-        // 1 - cosine for ArcFace-style embedders; measured on the sample
-        // photos: same person 0.18-0.25, different people >= 0.82.
-        Metric::Cosine => 0.5,
-    }
 }
 
 impl ModelState {
@@ -95,7 +85,7 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
     let store = store::open(&store_location(name, settings), &identity)?;
     let threshold = settings
         .match_threshold
-        .unwrap_or_else(|| default_threshold(metric));
+        .unwrap_or_else(|| metric.usual_threshold());
     let max = settings.max_gallery_size;
     let (gallery, opened) =
         Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;

@@ -45,10 +45,14 @@ use crate::pipeline::Metric;
 /// about as fast as the graph (see docs/benchmarks.md, "Gallery at scale").
 pub const EXACT_UP_TO: usize = 20_000;
 /// HNSW parameters: neighbours per node, and the breadth of the search when
-/// inserting and when querying (measured in the matching bench).
+/// inserting and when querying (measured in the matching bench). A query's
+/// first look is narrow: a face it names no one for is looked for again,
+/// 512 wide (`looks.rs`). At a million, 64 names 86% at the first look and
+/// the second brings it to 99.7%, as 128 and 512 do alone; 128 costs a
+/// known face 1.3 ms more (docs/benchmarks.md, "Matching").
 const CONNECTIVITY: usize = 16;
 const EXPANSION_ADD: usize = 128;
-pub const EXPANSION_SEARCH: usize = 128;
+pub const EXPANSION_SEARCH: usize = 64;
 /// A node that at most this many base-level links lead to is a stray (the
 /// average is 2 x CONNECTIVITY); at most this many strays, fewest links
 /// first (scanning them costs about 2 ms at the limit).
@@ -558,15 +562,28 @@ impl VectorIndex {
     /// About `count` entries nearest to `query`, nearest first, each with
     /// its full distance.
     pub fn nearest(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
-        self.search(query, count, None)
+        self.search(query, count, 0, None)
+    }
+
+    /// `nearest`, the graph walked at least `breadth` hits wide. Only the
+    /// walk's first `count` (and RERANK_MORE) are re-ranked: a wider look
+    /// costs the walk, not a re-rank of all it saw.
+    pub fn nearest_wide(&self, query: &[f32], count: usize, breadth: usize) -> Result<Vec<Hit>> {
+        self.search(query, count, breadth, None)
     }
 
     /// The `count` entries nearest to `query` by a scan of them all.
     pub fn nearest_exact(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
-        self.search(query, count, Some(true))
+        self.search(query, count, 0, Some(true))
     }
 
-    fn search(&self, query: &[f32], count: usize, exact: Option<bool>) -> Result<Vec<Hit>> {
+    fn search(
+        &self,
+        query: &[f32],
+        count: usize,
+        breadth: usize,
+        exact: Option<bool>,
+    ) -> Result<Vec<Hit>> {
         self.check(query)?;
         let index = self.read();
         if index.size() == 0 || count == 0 {
@@ -583,14 +600,15 @@ impl VectorIndex {
             }
             (Some(_), false) => {
                 split::split(query, &mut coarse, &mut fine);
-                index.search(&coarse, count)
+                index.search(&coarse, count.max(breadth))
             }
             (None, true) => index.exact_search(query, count),
-            (None, false) => index.search(query, count),
+            (None, false) => index.search(query, count.max(breadth)),
         }
         .map_err(|e| failed("search", e))?;
         let mut keys = found.keys;
         if !exact {
+            keys.truncate(count + RERANK_MORE);
             keys.extend(self.strays.read().unwrap_or_else(|e| e.into_inner()).iter());
             keys.sort_unstable();
             keys.dedup();

@@ -13,19 +13,11 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::entries::{key_of, Applied, Entries, Entry, Verdict};
 use super::index::VectorIndex;
+use super::looks::Breadth;
 use super::store::{Changes, Row, Stored};
 use crate::error::Result;
 #[cfg(test)]
 use crate::pipeline::Metric;
-
-/// How wide `nearest_people` looks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Breadth {
-    /// The graph, at least this many hits wide (0: as the index is set).
-    Graph(usize),
-    /// A scan of every vector.
-    Exact,
-}
 
 /// A person near a query: the name and the full distance of its nearest
 /// entry.
@@ -192,13 +184,10 @@ impl Live {
         // Several embeddings of one person can fill the first hits: ask for
         // more until `top_k` people are found or the index has no more.
         let mut count = (top_k * 4).max(16);
-        if let Breadth::Graph(wide) = breadth {
-            count = count.max(wide);
-        }
         loop {
             let hits = match breadth {
                 Breadth::Exact => self.index.nearest_exact(query, count.min(total))?,
-                Breadth::Graph(_) => self.index.nearest(query, count.min(total))?,
+                Breadth::Graph(wide) => self.index.nearest_wide(query, count.min(total), wide)?,
             };
             let people = self.people_in(&hits, top_k);
             if people.len() == top_k || hits.len() < count || count >= total {

@@ -16,6 +16,7 @@ pub mod folder;
 mod follow;
 pub mod index;
 mod live;
+pub mod looks;
 pub mod names;
 mod saved;
 mod split;
@@ -35,7 +36,7 @@ pub use folder::gallery_images;
 use follow::Following;
 use index::VectorIndex;
 pub use live::Candidate;
-use live::{Breadth, Live};
+use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use saved::Saved;
 pub use store::Named;
@@ -47,12 +48,6 @@ const DUPLICATE_DISTANCE: f32 = 0.01;
 
 /// Requests may ask for at most this many nearest people per face.
 pub const MAX_TOP_K: usize = 100;
-
-/// How many hits wide the graph is searched again before a face is called
-/// unknown (docs/gallery.md, "Matching a large gallery").
-const WIDER_SEARCH: usize = 512;
-/// Up to this many vectors, that wider look is an exact scan instead.
-const EXACT_RETRY_UP_TO: usize = 200_000;
 
 /// The nearest known people for one embedding.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -318,23 +313,13 @@ impl Gallery {
     pub fn best_match(&self, embedding: &[f32], threshold: f32, top_k: usize) -> Result<Match> {
         self.check_dim(embedding)?;
         let wanted = top_k.max(1);
-        let mut candidates = self
-            .live
-            .nearest_people(embedding, wanted, Breadth::Graph(0))?;
-        let named = |c: &[Candidate]| c.first().is_some_and(|b| b.distance <= threshold);
-        if !named(&candidates) && self.live.approximate() {
-            // A face far from everyone is where a graph search strays (the
-            // hardest case for HNSW): before "unknown", look wider.
-            // Up to EXACT_RETRY_UP_TO the wider look is a scan: exact, and
-            // about 14 ms at 100,000 (over uniform random vectors the graph
-            // missed a planted face at 100,000 even 512 wide).
-            let breadth = if self.len() <= EXACT_RETRY_UP_TO {
-                Breadth::Exact
-            } else {
-                Breadth::Graph(WIDER_SEARCH)
-            };
-            candidates = self.live.nearest_people(embedding, wanted, breadth)?;
-        }
+        let candidates = looks::look(
+            self.len(),
+            self.live.approximate(),
+            threshold,
+            |c: &Candidate| c.distance,
+            |breadth| self.live.nearest_people(embedding, wanted, breadth),
+        )?;
         let Some(best) = candidates.first() else {
             return Ok(Match::default());
         };

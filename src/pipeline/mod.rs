@@ -172,6 +172,16 @@ impl Metric {
         }
     }
 
+    /// The usual same-person threshold, for a model whose config sets none.
+    pub fn usual_threshold(self) -> f32 {
+        match self {
+            Metric::Euclidean => 0.6,
+            // 1 - cosine for ArcFace-style embedders; measured on the sample
+            // photos: same person 0.18-0.25, different people >= 0.82.
+            Metric::Cosine => 0.5,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Metric::Euclidean => "euclidean",
