@@ -348,7 +348,7 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "max_gallery_size",
         kind: Kind::PositiveInteger,
         default: Default::Value("1000000"),
-        meaning: "enrollments beyond it are refused (memory per person: about 1.5 KiB \
+        meaning: "enrollments beyond it are refused (memory per person: about 1.35 KiB \
                   with a 512-d embedder, 0.7 KiB with dlib's 128-d; see docs/gallery.md)",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.settings.max_gallery_size = n),
