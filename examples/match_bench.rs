@@ -137,17 +137,23 @@ fn measure(d: &Data, index: &VectorIndex, exact: bool) -> Measured {
         let label = |row: i64| d.labels[row as usize];
         person += usize::from(first.map(label) == Some(label(d.planted[i])));
     }
-    times.sort_by(f64::total_cmp);
-    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    let (p50_ms, p99_ms) = p50_p99(times);
     let n = queries.len() as f64;
     Measured {
-        p50_ms: at(0.5),
-        p99_ms: at(0.99),
+        p50_ms,
+        p99_ms,
         recall_at_1: recall as f64 / n,
         planted_found: planted as f64 / n,
         person_found: person as f64 / n,
         distance_error,
     }
+}
+
+/// The median and the 99th percentile of `times`.
+fn p50_p99(mut times: Vec<f64>) -> (f64, f64) {
+    times.sort_by(f64::total_cmp);
+    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99))
 }
 
 /// What the gallery answers (`looks::look`: the first look, then a wider
@@ -192,12 +198,11 @@ fn answer(d: &Data, index: &VectorIndex, threshold: f32) -> Answered {
             wrong += usize::from(label(h.key) != truth);
         }
     }
-    times.sort_by(f64::total_cmp);
-    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
     let n = times.len() as f64;
+    let (p50_ms, p99_ms) = p50_p99(times);
     Answered {
-        p50_ms: at(0.5),
-        p99_ms: at(0.99),
+        p50_ms,
+        p99_ms,
         named_right: right as f64 / n,
         named_wrong: wrong as f64 / n,
         looked_again: again as f64 / n,
