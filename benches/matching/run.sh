@@ -3,8 +3,9 @@
 # query at a time on one thread: `make bench` runs it after the server bench; alone:
 #   bash benches/matching/run.sh
 # For each dataset (benches/matching/data.py; generated once into out/matching/):
-#   - ours: examples/match_bench (the gallery's usearch index, f16, exact scan and HNSW at
-#     several search breadths), the index built once and saved beside the data;
+#   - ours: examples/match_bench (the gallery's usearch index: exact scan and HNSW at several
+#     search breadths, and what the gallery answers with each as its first look), the index
+#     built once and saved beside the data;
 #   - faiss-cpu from PyPI: IndexFlatIP / IndexFlatL2 (exact) and IndexHNSWFlat (M=32), the HNSW
 #     built once and cached beside the data;
 # then one table (benches/matching/report.py) into out/bench-matching.txt.
@@ -49,7 +50,9 @@ for set in $SETS; do
     log "$name: ours (examples/match_bench; the first run builds the index)"
     run_logged "$LOGS/$name-ours.log" target/release/examples/match_bench "$data" --ef "$EF" \
         --exact-too --index "$data/ours.usearch"
-    grep '^{' "$LOGS/$name-ours.log" | tail -n "$(($(tr -cd , <<<"$EF" | wc -c) + 2))" \
+    # This run's rows (the log keeps earlier ones): the exact scan, then per
+    # breadth what the gallery answers and the index alone.
+    grep '^{' "$LOGS/$name-ours.log" | tail -n "$((2 * ($(tr -cd , <<<"$EF" | wc -c) + 1) + 1))" \
         >"$LOGS/$name-ours.jsonl"
     log "$name: faiss (benches/matching/faiss_bench.py; the first run builds its HNSW)"
     run_logged "$LOGS/$name-faiss.log" "$PY" benches/matching/faiss_bench.py "$data" \
