@@ -49,8 +49,9 @@ pub const EXACT_UP_TO: usize = 20_000;
 /// inserting and when querying (measured in the matching bench). A query's
 /// first look is narrow: a face it names no one for is looked for again,
 /// 512 wide (`looks.rs`). At a million, 64 names 86% at the first look and
-/// the second brings it to 99.7%, as 128 and 512 do alone; 128 costs a
-/// known face 1.3 ms more (docs/benchmarks.md, "Matching").
+/// the second brings it to 99.7%, as it does after a first look of 128,
+/// which costs a known face about 1 ms more (docs/benchmarks.md,
+/// "Matching").
 const CONNECTIVITY: usize = 16;
 const EXPANSION_ADD: usize = 128;
 pub const EXPANSION_SEARCH: usize = 64;
@@ -339,7 +340,7 @@ impl VectorIndex {
                 .reserve_capacity_and_threads(grown, threads())
                 .map_err(|e| failed("grow", e))?;
         }
-        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0u8; split::fine_len(self.dim)]);
+        let (mut coarse, mut fine) = split::buffers(self.dim);
         index.add(key, vector, &mut coarse, &mut fine)?;
         self.strays_fresh.store(false, Ordering::Relaxed);
         if let Some(f) = index.fine.as_mut() {
@@ -508,7 +509,7 @@ impl VectorIndex {
             .collect();
         let dim = self.dim;
         if let Some(fine) = index.fine.as_mut() {
-            let (mut coarse, mut bytes) = (vec![0i8; dim], vec![0u8; split::fine_len(dim)]);
+            let (mut coarse, mut bytes) = split::buffers(dim);
             for (key, vector) in &fresh {
                 split::split(vector, &mut coarse, &mut bytes);
                 fine.put(*key, &bytes);
@@ -591,7 +592,7 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
-        let (mut coarse, mut fine) = (vec![0i8; self.dim], vec![0u8; split::fine_len(self.dim)]);
+        let (mut coarse, mut fine) = split::buffers(self.dim);
         let found = match (&index.fine, exact) {
             // The i8 ranking may order near ties wrongly: the re-rank below
             // sees RERANK_MORE more of them.
@@ -692,7 +693,7 @@ fn links_back(index: &Index, key: u64) -> u32 {
 }
 
 fn insert_part(index: &Graph, part: &[(u64, &[f32])], dim: usize) -> Result<usize> {
-    let (mut coarse, mut fine) = (vec![0i8; dim], vec![0u8; split::fine_len(dim)]);
+    let (mut coarse, mut fine) = split::buffers(dim);
     for &(key, vector) in part {
         index.add(key, vector, &mut coarse, &mut fine)?;
     }

@@ -32,6 +32,11 @@ pub fn fine_len(dim: usize) -> usize {
     dim.div_ceil(2)
 }
 
+/// Buffers for one `split` of a vector of `dim` values.
+pub fn buffers(dim: usize) -> (Vec<i8>, Vec<u8>) {
+    (vec![0i8; dim], vec![0u8; fine_len(dim)])
+}
+
 /// `v`'s direction as coarse bytes and fine half bytes (`fine_len`), all
 /// zero for a zero vector.
 pub fn split(v: &[f32], coarse: &mut [i8], fine: &mut [u8]) {
