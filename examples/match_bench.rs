@@ -12,7 +12,7 @@
 //!
 //! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
 //! [--exact-too] [--index FILE]`: with `--index FILE` a saved index is loaded
-//! when it matches the data (else built and saved there).
+//! when it matches the data and `--m` (else built and saved there).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -243,7 +243,10 @@ fn main() {
         .as_ref()
         .and_then(|p| VectorIndex::load(p, d.metric, d.dim).ok())
     {
-        Some(index) if index.len() == d.n => (index, f64::NAN),
+        // usearch keeps a saved graph's own neighbours: another M is rebuilt.
+        Some(index) if index.len() == d.n && index.connectivity() == shape.connectivity => {
+            (index, f64::NAN)
+        }
         _ => {
             let index = build(&d, shape);
             (index, t.elapsed().as_secs_f64())

@@ -14,7 +14,7 @@
 # Environment:
 #   BENCH_MATCHING_SETS="clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000
 #                        clustered:cosine:1000000"   kind:metric:n of each dataset
-#   BENCH_MATCHING_EF=32,64,96,128                  our search breadths
+#   BENCH_MATCHING_EF=32,48,64,128                  our search breadths
 set -euo pipefail
 
 # shellcheck disable=SC2034  # read by lib.sh
@@ -24,7 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cd "$REPO_ROOT"
 
 SETS="${BENCH_MATCHING_SETS:-clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000 clustered:cosine:1000000}"
-EF="${BENCH_MATCHING_EF:-32,64,96,128}"
+EF="${BENCH_MATCHING_EF:-32,48,64,128}"
 OUT="$REPO_ROOT/out"
 LOGS="$OUT/bench-matching"
 mkdir -p "$LOGS"

@@ -48,17 +48,22 @@ pub const EXACT_UP_TO: usize = 20_000;
 /// HNSW parameters: neighbours per node, and the breadth of the search when
 /// inserting and when querying (measured in the matching bench). A query's
 /// first look is narrow: a face it names no one for is looked for again,
-/// 512 wide (`looks.rs`). At a million, 64 names 86% at the first look and
-/// the second brings it to 99.7%, as it does after a first look of 128,
-/// which costs a known face about 1 ms more (docs/benchmarks.md,
-/// "Matching").
-const CONNECTIVITY: usize = 16;
+/// wider (`looks.rs`). At a million, 48 wide finds the nearest for 92% at
+/// the first look and the second brings it to all 1,000 planted queries;
+/// per known face that costs less on average than 32 (more second looks)
+/// or 64 (a wider first). 24 neighbours rather than 16: at a million the
+/// walk finds the nearest at 0.947 with 64 wide (16: 0.857) for 13 MiB
+/// more per 100,000 people (docs/benchmarks.md, "Matching"). A saved index
+/// keeps the neighbours it was built with (usearch reads them from the
+/// file).
+const CONNECTIVITY: usize = 24;
 const EXPANSION_ADD: usize = 128;
-pub const EXPANSION_SEARCH: usize = 64;
-/// A node that at most this many base-level links lead to is a stray (the
-/// average is 2 x CONNECTIVITY); at most this many strays, fewest links
-/// first (scanning them costs about 2 ms at the limit).
-const FEW_LINKS_IN: u32 = 4;
+pub const EXPANSION_SEARCH: usize = 48;
+/// A node that at most this share of the graph's connectivity of
+/// base-level links lead to is a stray (the average is twice the
+/// connectivity: 4 of 32 with 16 neighbours); at most MAX_STRAYS strays,
+/// fewest links first (scanning them costs about 2 ms at the limit).
+const FEW_LINKS_IN_PER_NEIGHBOUR: f32 = 0.25;
 /// A node is a stray too when it is isolated, however many links lead to
 /// it: its nearest neighbour ISOLATED times as far as a typical node's,
 /// measured on SAMPLE nodes. A query near it is far from all the others, so
@@ -321,6 +326,11 @@ impl VectorIndex {
         self.len() > self.exact_up_to
     }
 
+    /// Neighbours per node of this graph (a loaded one's own).
+    pub fn connectivity(&self) -> usize {
+        self.read().connectivity()
+    }
+
     /// Bytes the index holds (vectors, graph, lookup tables).
     pub fn memory(&self) -> usize {
         let graph = self.read();
@@ -356,7 +366,7 @@ impl VectorIndex {
     }
 
     /// Find the strays among `keys` (every key the index holds): the nodes
-    /// that at most `FEW_LINKS_IN` base-level links lead to (at a million
+    /// that at most `few_links_in` base-level links lead to (at a million
     /// clustered people 232 nodes, among them the real face no search
     /// found) and the isolated ones, fewest links first, at most
     /// `MAX_STRAYS`. How many. Two passes over the links, on every core.
@@ -368,6 +378,7 @@ impl VectorIndex {
             return 0;
         }
         let links_in = links_in(&index, keys);
+        let few = few_links_in(&index);
         let step = keys.len().div_ceil(SAMPLE).max(1);
         let sampled: Vec<u64> = keys.iter().step_by(step).copied().collect();
         let mut sample: Vec<f32> = self
@@ -391,7 +402,7 @@ impl VectorIndex {
             .iter()
             .zip(&links_in)
             .zip(&nearest)
-            .filter(|((_, &n), d)| n <= FEW_LINKS_IN || d.is_some_and(|d| d > limit))
+            .filter(|((_, &n), d)| n <= few || d.is_some_and(|d| d > limit))
             .map(|((&k, &n), _)| (n, k))
             .collect();
         found.sort_unstable();
@@ -426,7 +437,7 @@ impl VectorIndex {
 
     /// Whether `key`, which `links` base-level links lead to, is a stray.
     fn is_stray(&self, index: &Graph, key: u64, links: u32) -> bool {
-        if links <= FEW_LINKS_IN {
+        if links <= few_links_in(index) {
             return true;
         }
         let limit = ISOLATED * f32::from_bits(self.typical_nearest.load(Ordering::Relaxed));
@@ -463,7 +474,7 @@ impl VectorIndex {
     fn nearest_links_of(&self, index: &Graph, keys: &[u64], enough: f32) -> Vec<Option<f32>> {
         let (mut own, mut other) = (vec![0.0f32; self.dim], vec![0.0f32; self.dim]);
         let mut coarse = vec![0i8; self.dim];
-        let mut links = vec![0u64; 4 * CONNECTIVITY];
+        let mut links = vec![0u64; 4 * index.connectivity()];
         keys.iter()
             .map(|&key| {
                 if !index.full(key, &mut own, &mut coarse) {
@@ -643,6 +654,12 @@ pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
     Ok(())
 }
 
+/// At most this many base-level links lead to a stray of this graph (its
+/// own connectivity: a saved index keeps the one it was built with).
+fn few_links_in(index: &Index) -> u32 {
+    (index.connectivity() as f32 * FEW_LINKS_IN_PER_NEIGHBOUR) as u32
+}
+
 /// How many base-level links lead to each of `keys`, counted on every core.
 fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
     let slot: HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
@@ -655,7 +672,7 @@ fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
                 let slot = &slot;
                 scope.spawn(move || {
                     let mut count = vec![0u32; slot.len()];
-                    let mut links = vec![0u64; 4 * CONNECTIVITY];
+                    let mut links = vec![0u64; 4 * index.connectivity()];
                     for &key in part {
                         let n = index.neighbors(key, 0).drain_into(&mut links);
                         for k in &links[..n] {
@@ -680,9 +697,9 @@ fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
 /// How many of `key`'s own base-level neighbours link back to it: the links
 /// that lead to a node just inserted.
 fn links_back(index: &Index, key: u64) -> u32 {
-    let mut links = vec![0u64; 4 * CONNECTIVITY];
+    let mut links = vec![0u64; 4 * index.connectivity()];
     let n = index.neighbors(key, 0).drain_into(&mut links);
-    let mut back = vec![0u64; 4 * CONNECTIVITY];
+    let mut back = vec![0u64; 4 * index.connectivity()];
     links[..n]
         .iter()
         .filter(|&&k| {
