@@ -52,17 +52,17 @@ pub const EXACT_UP_TO: usize = 20_000;
 /// the first look and the second brings it to all 1,000 planted queries;
 /// per known face that costs less on average than 32 (more second looks)
 /// or 64 (a wider first). 24 neighbours rather than 16: at a million the
-/// walk finds the nearest at 0.947 with 64 wide (16: 0.857) for 13 MiB
-/// more per 100,000 people (docs/benchmarks.md, "Matching"). A saved index
+/// walk finds the nearest at 0.947 with 64 wide (16: 0.857) for about
+/// 64 MB more at a million (docs/benchmarks.md, "Matching"). A saved index
 /// keeps the neighbours it was built with (usearch reads them from the
 /// file).
 const CONNECTIVITY: usize = 24;
 const EXPANSION_ADD: usize = 128;
 pub const EXPANSION_SEARCH: usize = 48;
-/// A node that at most this share of the graph's connectivity of
-/// base-level links lead to is a stray (the average is twice the
-/// connectivity: 4 of 32 with 16 neighbours); at most MAX_STRAYS strays,
-/// fewest links first (scanning them costs about 2 ms at the limit).
+/// A node that at most connectivity x this many base-level links lead to
+/// is a stray (4 with 16 neighbours, 6 with 24; the average is twice the
+/// connectivity); at most MAX_STRAYS strays, fewest links first (scanning
+/// them costs about 2 ms at the limit).
 const FEW_LINKS_IN_PER_NEIGHBOUR: f32 = 0.25;
 /// A node is a stray too when it is isolated, however many links lead to
 /// it: its nearest neighbour ISOLATED times as far as a typical node's,
@@ -367,8 +367,8 @@ impl VectorIndex {
 
     /// Find the strays among `keys` (every key the index holds): the nodes
     /// that at most `few_links_in` base-level links lead to (at a million
-    /// clustered people 232 nodes, among them the real face no search
-    /// found) and the isolated ones, fewest links first, at most
+    /// clustered people 232 nodes with 16 neighbours, among them the real
+    /// face no search found; 18 strays in all with 24) and the isolated ones, fewest links first, at most
     /// `MAX_STRAYS`. How many. Two passes over the links, on every core.
     pub fn find_strays(&self, keys: &[u64]) -> usize {
         let index = self.read();
