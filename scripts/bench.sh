@@ -47,9 +47,10 @@
 #                                  own settings are in that file)
 #   BENCH_SCALE=1                  0: leave out the end-to-end bench at 1,000,000
 #                                  people (benches/gallery_scale/run.py, then
-#                                  join.py on PostgreSQL; needs the matching
-#                                  bench's million-row data set; the first run
-#                                  builds the index, ~20 min)
+#                                  join.py on PostgreSQL, then run.py for dlib's
+#                                  face model; needs the matching bench's
+#                                  million-row data sets; the first run builds
+#                                  the indexes, ~25 and ~10 min)
 #   BENCH_VIDEO=1                  0: leave out the 10 fps streams per machine
 #                                  (benches/video_streams.py, each engine)
 #   BENCH_LIBRARY=PATH             serve this libtriton_face.so instead of
@@ -375,6 +376,9 @@ if [ "${BENCH_SCALE:-1}" = 1 ]; then
     "$PYTHON" benches/gallery_scale/run.py --library "$LIBRARY" --window-ms 8000
     log "a server joining a PostgreSQL gallery of a million: benches/gallery_scale/join.py (out/bench-gallery-join.txt)"
     "$PYTHON" benches/gallery_scale/join.py --library "$LIBRARY"
+    log "the same for dlib's face model (out/bench-gallery-scale-face.txt)"
+    "$PYTHON" benches/gallery_scale/run.py --model face --library "$LIBRARY" --window-ms 8000 \
+        --photos 100
 fi
 if [ "${BENCH_VIDEO:-1}" = 1 ]; then
     log "10 fps video streams per machine: benches/video_streams.py (out/bench-video-streams.txt)"

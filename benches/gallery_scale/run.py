@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """End to end with a million people (issue 22), against an empty gallery, in one server run.
 
-Two models with face_onnx's shipped config, served by one tritonserver: `face_onnx` (an empty
-gallery) and `face_onnx_big` (obama enrolled through the server, then PEOPLE rows of
-benches/matching's people-as-clusters embeddings added to its SQLite store with plain SQL, as a
-user's own import would). The big gallery and its saved index are kept under WORK, so only the
-first run builds the index (about 20 minutes on 2 cores); later runs load it.
+Two models with a shipped model's config (`face_onnx`, or `face`, dlib's, with --model face),
+served by one tritonserver: the model with an empty gallery and `<model>_big` (obama enrolled
+through the server, then PEOPLE rows of benches/matching's people-as-clusters embeddings of the
+model's length added to its SQLite store with plain SQL, as a user's own import would). The big
+gallery and its saved index are kept under WORK, so only the first run builds the index (about
+25 minutes at 512-d on 2 cores); later runs load it.
 
-Measured, and written to out/bench-gallery-scale.txt:
+Measured, and written to out/bench-gallery-scale.txt (-face.txt for dlib's):
   - a model whose gallery folder holds 2,000 photos: its first load (all embedded) and its
     next (from the store's photo cache), against the empty model's load;
   - time to ready and server RSS, each model alone in a server;
@@ -16,9 +17,11 @@ Measured, and written to out/bench-gallery-scale.txt:
     (unknown everywhere: the search that finds nobody);
   - ENROLL then FORGET through the server, alternating between the models.
 
-  python benches/gallery_scale/run.py [--people 1000000] [--rounds 4] [--window-ms 4000]
+  python benches/gallery_scale/run.py [--model face_onnx|face] [--people 1000000] [--rounds 4]
+                                      [--window-ms 4000]
 Needs assets/env.sh sourced (TRITONSERVER, PERF_ANALYZER, FACE_PHOTOS, FACE_ASSETS), the
-release library built, and the data set of benches/matching/run.sh (clustered:cosine:1000000).
+release library built, and the data set of benches/matching/run.sh (clustered:cosine:1000000,
+or clustered:euclidean:1000000 for dlib's).
 """
 
 from __future__ import annotations
@@ -42,11 +45,18 @@ import numpy as np
 import tritonclient.http as httpclient
 
 ROOT = Path(__file__).resolve().parents[2]
-DIM = 512
 ONNX_FILES = ("fr_detect.onnx", "fr_landmark.onnx", "fr_feature.onnx")
-BIG = "face_onnx_big"
-EMPTY = "face_onnx"
-PHOTOS_MODEL = "face_onnx_photos"
+# The shipped models measured (--model): their embedding length and matching data set.
+MODELS = {"face_onnx": (512, "clustered-cosine-512d-1m"),
+          "face": (128, "clustered-euclidean-128d-1m")}
+# Set by use_model: the measured model, its big and photo-folder copies.
+DIM, EMPTY, BIG, PHOTOS_MODEL = 512, "face_onnx", "face_onnx_big", "face_onnx_photos"
+
+
+def use_model(model: str) -> None:
+    global DIM, EMPTY, BIG, PHOTOS_MODEL
+    DIM = MODELS[model][0]
+    EMPTY, BIG, PHOTOS_MODEL = model, f"{model}_big", f"{model}_photos"
 
 
 def env(name: str) -> str:
@@ -67,20 +77,23 @@ def free_ports(n: int) -> list[int]:
 
 
 def model_dir(models: Path, name: str, onnx_dir: Path, max_size: int) -> Path:
-    """A model folder with face_onnx's config under `name`; its gallery folder is left alone."""
+    """A model folder with the measured model's config under `name` (its ONNX files, or dlib's
+    weights folder); its gallery folder is left alone."""
     d = models / name
     (d / "1").mkdir(parents=True, exist_ok=True)
     (d / "gallery").mkdir(exist_ok=True)
-    text = (ROOT / "model_repository/face_onnx/config.pbtxt").read_text()
+    text = (ROOT / f"model_repository/{EMPTY}/config.pbtxt").read_text()
     text = re.sub(r'^name: .*$', f'name: "{name}"', text, flags=re.M)
     text, n = re.subn(r'(key: "max_gallery_size" *value: \{ string_value: ")\d+', rf"\g<1>{max_size}",
                       text)
-    assert n == 1, "model_repository/face_onnx/config.pbtxt: no max_gallery_size"
+    assert n == 1, f"model_repository/{EMPTY}/config.pbtxt: no max_gallery_size"
     (d / "config.pbtxt").write_text(text)
-    for f in ONNX_FILES:
-        link = d / "1" / f
+    links = {d / "1" / f: onnx_dir / f for f in ONNX_FILES}
+    if EMPTY == "face":
+        links = {d / "weights": Path(env("FACE_ASSETS")) / "dlib"}
+    for link, target in links.items():
         if not link.exists():
-            link.symlink_to(onnx_dir / f)
+            link.symlink_to(target)
     return d
 
 
@@ -243,20 +256,25 @@ def enroll_cost(server: Server, photo: Path, rounds: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="face_onnx")
     ap.add_argument("--people", type=int, default=1_000_000)
-    ap.add_argument("--data", type=Path,
-                    default=ROOT / "out/matching/clustered-cosine-512d-1m")
-    ap.add_argument("--work", type=Path, default=ROOT / "out/gallery-scale")
+    ap.add_argument("--data", type=Path, help="default: out/matching/<the model's data set>")
+    ap.add_argument("--work", type=Path, help="default: out/gallery-scale[-face]")
     ap.add_argument("--library", type=Path, default=ROOT / "target/release/libtriton_face.so")
     ap.add_argument("--photos", type=int, default=2000, help="gallery folder photos")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--window-ms", type=int, default=4000)
     args = ap.parse_args()
+    use_model(args.model)
+    suffix = "" if args.model == "face_onnx" else f"-{args.model}"
+    args.data = args.data or ROOT / "out/matching" / MODELS[args.model][1]
+    args.work = args.work or ROOT / f"out/gallery-scale{suffix}"
     photos = Path(env("FACE_PHOTOS"))
     onnx_dir = Path(os.environ.get("FACE_ONNX_DIR") or Path(env("FACE_ASSETS")) / "onnx")
     if not (args.data / "base.f32").exists():
+        kind = MODELS[args.model][1].split("-")
         sys.exit(f"{args.data}: no data set; make it with benches/matching/run.sh or "
-                 "BENCH_MATCHING_SETS=clustered:cosine:1000000 bash benches/matching/run.sh")
+                 f"BENCH_MATCHING_SETS=clustered:{kind[1]}:1000000 bash benches/matching/run.sh")
     work, logs = args.work, args.work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     backends = work / "backends"
@@ -312,7 +330,7 @@ def main() -> None:
 
     cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
                 if x.startswith("model name")), "?")
-    lines = [f"gallery at scale, end to end: face_onnx with an empty gallery and with "
+    lines = [f"gallery at scale, end to end: {EMPTY} with an empty gallery and with "
              f"{args.people + 1:,} people, one server run ({cpu}, {os.cpu_count()} CPUs, "
              f"{time.strftime('%F %T')})",
              f"time to ready, each model alone in a server: empty {ready[EMPTY]:.1f} s, "
@@ -343,7 +361,7 @@ def main() -> None:
         lines.append(f"  {what:<7} empty {e:6.2f}   big {b:6.2f}   ratio {b / e:.3f}")
     text = "\n".join(lines) + "\n"
     print(text)
-    (ROOT / "out/bench-gallery-scale.txt").write_text(text)
+    (ROOT / f"out/bench-gallery-scale{suffix}.txt").write_text(text)
 
 
 if __name__ == "__main__":

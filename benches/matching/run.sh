@@ -13,7 +13,8 @@
 # later runs reuse the built indexes (a few minutes).
 # Environment:
 #   BENCH_MATCHING_SETS="clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000
-#                        clustered:cosine:1000000"   kind:metric:n of each dataset
+#                        clustered:cosine:1000000 clustered:euclidean:1000000"
+#                                                   kind:metric:n of each dataset
 #   BENCH_MATCHING_EF=32,48,64,128                  our search breadths
 set -euo pipefail
 
@@ -23,7 +24,7 @@ LOG_TAG=bench-matching
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cd "$REPO_ROOT"
 
-SETS="${BENCH_MATCHING_SETS:-clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000 clustered:cosine:1000000}"
+SETS="${BENCH_MATCHING_SETS:-clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000 clustered:cosine:1000000 clustered:euclidean:1000000}"
 EF="${BENCH_MATCHING_EF:-32,48,64,128}"
 OUT="$REPO_ROOT/out"
 LOGS="$OUT/bench-matching"

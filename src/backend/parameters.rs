@@ -349,7 +349,7 @@ pub static PARAMETERS: &[Parameter] = &[
         kind: Kind::PositiveInteger,
         default: Default::Value("1000000"),
         meaning: "enrollments beyond it are refused (memory per person: about 1.35 KiB \
-                  with a 512-d embedder, 0.7 KiB with dlib's 128-d; see docs/gallery.md)",
+                  with a 512-d embedder, 0.9 KiB with dlib's 128-d; see docs/gallery.md)",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.settings.max_gallery_size = n),
     },
