@@ -46,9 +46,9 @@ import tritonclient.http as httpclient
 
 ROOT = Path(__file__).resolve().parents[2]
 ONNX_FILES = ("fr_detect.onnx", "fr_landmark.onnx", "fr_feature.onnx")
-# The shipped models measured (--model): their embedding length and matching data set.
-MODELS = {"face_onnx": (512, "clustered-cosine-512d-1m"),
-          "face": (128, "clustered-euclidean-128d-1m")}
+# The shipped models measured (--model): their embedding length and metric, which name the
+# matching bench's data set (clustered-<metric>-<dim>d-1m).
+MODELS = {"face_onnx": (512, "cosine"), "face": (128, "euclidean")}
 # Set by use_model: the measured model, its big and photo-folder copies.
 DIM, EMPTY, BIG, PHOTOS_MODEL = 512, "face_onnx", "face_onnx_big", "face_onnx_photos"
 
@@ -267,14 +267,14 @@ def main() -> None:
     args = ap.parse_args()
     use_model(args.model)
     suffix = "" if args.model == "face_onnx" else f"-{args.model}"
-    args.data = args.data or ROOT / "out/matching" / MODELS[args.model][1]
+    dim, metric = MODELS[args.model]
+    args.data = args.data or ROOT / f"out/matching/clustered-{metric}-{dim}d-1m"
     args.work = args.work or ROOT / f"out/gallery-scale{suffix}"
     photos = Path(env("FACE_PHOTOS"))
     onnx_dir = Path(os.environ.get("FACE_ONNX_DIR") or Path(env("FACE_ASSETS")) / "onnx")
     if not (args.data / "base.f32").exists():
-        kind = MODELS[args.model][1].split("-")
         sys.exit(f"{args.data}: no data set; make it with benches/matching/run.sh or "
-                 f"BENCH_MATCHING_SETS=clustered:{kind[1]}:1000000 bash benches/matching/run.sh")
+                 f"BENCH_MATCHING_SETS=clustered:{metric}:1000000 bash benches/matching/run.sh")
     work, logs = args.work, args.work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     backends = work / "backends"

@@ -368,8 +368,9 @@ impl VectorIndex {
     /// Find the strays among `keys` (every key the index holds): the nodes
     /// that at most `few_links_in` base-level links lead to (at a million
     /// clustered people 232 nodes with 16 neighbours, among them the real
-    /// face no search found; 18 strays in all with 24) and the isolated ones, fewest links first, at most
-    /// `MAX_STRAYS`. How many. Two passes over the links, on every core.
+    /// face no search found; 18 strays in all with 24) and the isolated
+    /// ones, fewest links first, at most `MAX_STRAYS`. How many. Two passes
+    /// over the links, on every core.
     pub fn find_strays(&self, keys: &[u64]) -> usize {
         let index = self.read();
         let mut strays = self.strays_mut();
@@ -474,7 +475,7 @@ impl VectorIndex {
     fn nearest_links_of(&self, index: &Graph, keys: &[u64], enough: f32) -> Vec<Option<f32>> {
         let (mut own, mut other) = (vec![0.0f32; self.dim], vec![0.0f32; self.dim]);
         let mut coarse = vec![0i8; self.dim];
-        let mut links = vec![0u64; 4 * index.connectivity()];
+        let mut links = links_buffer(index);
         keys.iter()
             .map(|&key| {
                 if !index.full(key, &mut own, &mut coarse) {
@@ -660,6 +661,11 @@ fn few_links_in(index: &Index) -> u32 {
     (index.connectivity() as f32 * FEW_LINKS_IN_PER_NEIGHBOUR) as u32
 }
 
+/// Room for one node's base-level links (twice the connectivity at most).
+fn links_buffer(index: &Index) -> Vec<u64> {
+    vec![0u64; 4 * index.connectivity()]
+}
+
 /// How many base-level links lead to each of `keys`, counted on every core.
 fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
     let slot: HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
@@ -672,7 +678,7 @@ fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
                 let slot = &slot;
                 scope.spawn(move || {
                     let mut count = vec![0u32; slot.len()];
-                    let mut links = vec![0u64; 4 * index.connectivity()];
+                    let mut links = links_buffer(index);
                     for &key in part {
                         let n = index.neighbors(key, 0).drain_into(&mut links);
                         for k in &links[..n] {
@@ -697,9 +703,9 @@ fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
 /// How many of `key`'s own base-level neighbours link back to it: the links
 /// that lead to a node just inserted.
 fn links_back(index: &Index, key: u64) -> u32 {
-    let mut links = vec![0u64; 4 * index.connectivity()];
+    let mut links = links_buffer(index);
     let n = index.neighbors(key, 0).drain_into(&mut links);
-    let mut back = vec![0u64; 4 * index.connectivity()];
+    let mut back = links_buffer(index);
     links[..n]
         .iter()
         .filter(|&&k| {
