@@ -11,6 +11,9 @@ fn main() {
     // (static archives, e.g. the opencv crate's callbacks) mark as public stay
     // inside the library.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
+    // usearch's arenas in huge pages (src/gallery/huge_pages.rs); every
+    // target that links the library needs it.
+    println!("cargo:rustc-link-arg=-Wl,--wrap=mmap");
 
     detect_dlib_cuda();
     build_dlib_shim();
