@@ -11,11 +11,9 @@ fn main() {
     // (static archives, e.g. the opencv crate's callbacks) mark as public stay
     // inside the library.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
-    // usearch's arenas in huge pages (src/gallery/huge_pages.rs); every
-    // target that links the library needs it.
-    println!("cargo:rustc-link-arg=-Wl,--wrap=mmap");
 
     detect_dlib_cuda();
+    build_huge_pages();
     build_dlib_shim();
 
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
@@ -131,6 +129,19 @@ fn host_has_avx2() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn host_has_avx2() -> bool {
     false
+}
+
+/// usearch's arenas in huge pages (src/gallery/huge_pages.c): its `mmap`
+/// calls go to `__wrap_mmap`, for every target that links the library.
+/// Whole-archive: the wrapper must be in the link before usearch asks for it.
+fn build_huge_pages() {
+    let file = "src/gallery/huge_pages.c";
+    println!("cargo:rerun-if-changed={file}");
+    cc::Build::new()
+        .file(file)
+        .link_lib_modifier("+whole-archive")
+        .compile("triton_face_huge_pages");
+    println!("cargo:rustc-link-arg=-Wl,--wrap=mmap");
 }
 
 /// Compiles our C++ fence around dlib (src/engine/dlib/shim.cpp), links it

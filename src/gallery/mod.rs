@@ -14,7 +14,6 @@
 mod entries;
 pub mod folder;
 mod follow;
-mod huge_pages;
 pub mod index;
 mod live;
 pub mod looks;
