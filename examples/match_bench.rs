@@ -11,14 +11,15 @@
 //! name), and how many queries took the second, wider look.
 //!
 //! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
-//! [--exact-too] [--index FILE]`: with `--index FILE` a saved index is loaded
+//! [--exact-too] [--index FILE] [--wider N]` (`--wider`: the second look's
+//! breadth instead of the gallery's): with `--index FILE` a saved index is loaded
 //! when it matches the data and `--m` (else built and saved there).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use triton_face::gallery::index::{shape, Hit, ScalarKind, Shape, VectorIndex};
-use triton_face::gallery::looks::{look, Breadth};
+use triton_face::gallery::looks::{look, Breadth, WIDER_SEARCH};
 use triton_face::pipeline::Metric;
 
 struct Data {
@@ -169,7 +170,9 @@ struct Answered {
     looked_again: f64,
 }
 
-fn answer(d: &Data, index: &VectorIndex, threshold: f32) -> Answered {
+/// `wider`: how wide the second look is (the gallery's `WIDER_SEARCH`
+/// unless `--wider` says otherwise).
+fn answer(d: &Data, index: &VectorIndex, threshold: f32, wider: usize) -> Answered {
     let label = |row: u64| d.labels[row as usize];
     let (mut times, mut right, mut wrong, mut again) = (Vec::new(), 0, 0, 0);
     for (i, q) in d.queries.chunks_exact(d.dim).enumerate() {
@@ -184,6 +187,7 @@ fn answer(d: &Data, index: &VectorIndex, threshold: f32) -> Answered {
             |breadth| {
                 looks += 1;
                 match breadth {
+                    Breadth::Graph(WIDER_SEARCH) => index.nearest_wide(q, 16, wider),
                     Breadth::Graph(wide) => index.nearest_wide(q, 16, wide),
                     Breadth::Exact => index.nearest_exact(q, 16),
                 }
@@ -292,13 +296,14 @@ fn main() {
     let threshold = flag("--threshold").map_or(d.metric.usual_threshold(), |x| {
         x.parse().expect("--threshold")
     });
+    let wider = flag("--wider").map_or(WIDER_SEARCH, |x| x.parse().expect("--wider"));
     for &ef in &efs {
         index.set_expansion_search(ef);
-        let a = answer(&d, &index, threshold);
+        let a = answer(&d, &index, threshold, wider);
         println!(
             "{}",
             serde_json::json!({
-                "engine": "ours", "index": "gallery", "param": format!("first ef={ef}"),
+                "engine": "ours", "index": "gallery", "param": format!("first ef={ef}, then {wider}"),
                 "n": d.n, "dim": d.dim, "kind": d.kind, "threshold": threshold,
                 "p50_ms": a.p50_ms, "p99_ms": a.p99_ms, "named_right": a.named_right,
                 "named_wrong": a.named_wrong, "looked_again": a.looked_again,

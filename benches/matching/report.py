@@ -38,10 +38,10 @@ def main(paths: list[str]) -> None:
         if answers:
             print(f"\nwhat the gallery answers (a first look, then a wider one before 'unknown'), "
                   f"threshold {answers[0]['threshold']}")
-            print(f"{'first look':14} {'p50 ms':>8} {'p99 ms':>8} {'named right':>11} "
+            print(f"{'looks':24} {'p50 ms':>8} {'p99 ms':>8} {'named right':>11} "
                   f"{'named wrong':>11} {'looked again':>12}")
             for r in answers:
-                print(f"{r['param']:14} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
+                print(f"{r['param']:24} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
                       f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f}")
 
 
