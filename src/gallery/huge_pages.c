@@ -16,6 +16,7 @@
  * In C, not Rust: a Rust #[no_mangle] function would be exported by the
  * library, which exports the TRITONBACKEND_* entry points and nothing else.
  */
+#include <errno.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/types.h>
@@ -27,12 +28,16 @@
 void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset);
 
 /* mmap, then MADV_HUGEPAGE on a large committed anonymous mapping. A failed
- * advice changes nothing but the page size, so it is not reported. */
+ * advice changes nothing but the page size, so it is not reported, and the
+ * caller sees the errno of its mmap alone. */
 __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, int prot, int flags,
                                                         int fd, off_t offset) {
     void *mapped = __real_mmap(addr, len, prot, flags, fd, offset);
     int committed = (flags & MAP_ANONYMOUS) && !(flags & MAP_NORESERVE);
-    if (mapped != MAP_FAILED && committed && len >= ADVISED_FROM)
+    if (mapped != MAP_FAILED && committed && len >= ADVISED_FROM) {
+        int kept = errno;
         madvise(mapped, len, MADV_HUGEPAGE);
+        errno = kept;
+    }
     return mapped;
 }
