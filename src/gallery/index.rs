@@ -661,7 +661,8 @@ fn few_links_in(index: &Index) -> u32 {
     (index.connectivity() as f32 * FEW_LINKS_IN_PER_NEIGHBOUR) as u32
 }
 
-/// Room for one node's base-level links (twice the connectivity at most).
+/// Room for one node's base-level links: they are at most twice the
+/// connectivity; the buffer holds twice that, so no link is ever cut off.
 fn links_buffer(index: &Index) -> Vec<u64> {
     vec![0u64; 4 * index.connectivity()]
 }
