@@ -5,8 +5,11 @@
 //!   FACE_ONNX_DIR     dir with fr_detect/fr_landmark/fr_feature.onnx
 //!                     (default <repo>/assets/onnx)
 //!   FACE_BENCH_PHOTO  the photo (default <repo>/assets/photos/obama_640x480.jpg)
-//!   FACE_BENCH_ONLY   `engine` or `onnx`: run only that group
+//!   FACE_BENCH_ONLY   `decode`, `engine` or `onnx`: run only that group
 //!
+//! Group "decode": ENCODED bytes to an RGB frame, the bench photo as JPEG
+//! and as PNG, WebP (lossy) and BMP (assets/formats/, made by setup.sh from
+//! it), and the RGBA PNG `32bit.png` (1 megapixel).
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
 //! `analyze` (detect + landmarks + embed on the decoded frame) and
 //! `decode+analyze` (what the server does for one ENCODED request).
@@ -133,6 +136,32 @@ fn prepare(engine: &mut dyn Engine, jpeg: &[u8], photo: &Path, max_faces: usize)
         engine.describe()
     );
     frame
+}
+
+/// Each format ENCODED accepts, decoded to an RGB frame.
+fn bench_decode(c: &mut Criterion) {
+    if !selected("decode") {
+        return;
+    }
+    let photos = [
+        "assets/photos/obama_640x480.jpg",
+        "assets/formats/obama_640x480.png",
+        "assets/formats/obama_640x480.webp",
+        "assets/formats/obama_640x480.bmp",
+        "assets/photos/32bit.png",
+    ];
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(1));
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for photo in photos {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(photo);
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", path.display()));
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        group.bench_function(name, |b| b.iter(|| decode(&bytes, MAX_PIXELS)));
+    }
+    group.finish();
 }
 
 fn bench_dlib(c: &mut Criterion) {
@@ -355,5 +384,5 @@ fn untouched(s: &mut OnnxSettings) {
     s.flush_denormals = false;
 }
 
-criterion_group!(benches, bench_dlib, bench_onnx);
+criterion_group!(benches, bench_decode, bench_dlib, bench_onnx);
 criterion_main!(benches);

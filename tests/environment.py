@@ -283,6 +283,7 @@ def _reencoded(source: str, mode: str = "RGB", scale: float = 1.0):
 DERIVED = {
     "two_faces.jpg": _two_faces,
     "obama2.webp": _reencoded("obama2.jpg"),
+    "obama2.bmp": _reencoded("obama2.jpg"),
     "obama2_gray.jpg": _reencoded("obama2.jpg", "L"),
     "obama_half.jpg": _reencoded("obama.jpg", scale=0.5),
     # Small copies (under 0.4 megapixels) for the sequence tests, which send many frames.

@@ -51,9 +51,9 @@ def test_no_face(http, photos):
         assert (doc["image"]["width"], doc["image"]["height"]) == size
 
 
-@pytest.mark.parametrize("photo", ["32bit.png", "obama2.webp"])
+@pytest.mark.parametrize("photo", ["32bit.png", "obama2.webp", "obama2.bmp"])
 def test_encoded_formats(http, photos, engine, photo):
-    """An RGBA PNG and a WebP are decoded like the JPEG."""
+    """An RGBA PNG, a WebP and a BMP are decoded like the JPEG."""
     [doc] = infer_encoded(http, [photos.bytes(photo)])
     assert_person(doc, "obama", engine, photos.size(photo))
 

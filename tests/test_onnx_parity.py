@@ -11,7 +11,7 @@ from real photos, pre-processed as the engine does (src/engine/onnx/, docs/engin
 - embedder: the face aligned onto the ArcFace 112x112 reference points by the 5-point similarity
   transform (least squares) from the 68 landmarks, BGR, (x - 127) / 128.
 
-Here the image work is Pillow and numpy, not the engine's OpenCV, so the tensors are close to
+Here the image work is Pillow and numpy, not the engine's own resize and warp, so the tensors are close to
 the engine's rather than bit-identical; both runtimes get exactly the same tensor. The output of
 each comparison (max |tract - onnxruntime|) is printed and recorded as a test property.
 """

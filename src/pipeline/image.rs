@@ -1,14 +1,24 @@
 //! From what a client sends to a `Frame`: encoded bytes decoded (JPEG by
-//! libjpeg-turbo directly, see jpeg.rs; the rest by OpenCV), or raw pixels
-//! checked and converted to RGB. Limits are enforced before any
+//! libjpeg-turbo, jpeg.rs; WebP by libwebp, webp.rs; PNG, BMP and what those
+//! two refuse by the `image` crate: no codec library travels with the backend
+//! but libjpeg-turbo),
+//! or raw pixels checked and converted to RGB. Limits are enforced before any
 //! large allocation: an encoded image's size is read from its header first.
 
-use opencv::core::{Mat, Vector};
-use opencv::prelude::*;
-use opencv::{imgcodecs, imgproc};
+use std::io::Cursor;
+
+use image::{DynamicImage, ImageDecoder, ImageEncoder, ImageFormat, ImageReader, Limits};
 
 use super::Frame;
 use crate::error::{Error, Result};
+
+/// The formats ENCODED accepts; the `image` crate is built with these alone.
+const FORMATS: [ImageFormat; 4] = [
+    ImageFormat::Jpeg,
+    ImageFormat::Png,
+    ImageFormat::WebP,
+    ImageFormat::Bmp,
+];
 
 /// Channel order of raw pixels sent in IMAGE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +80,8 @@ pub fn frame_from_pixels(
     })
 }
 
-/// JPEG / PNG / WebP / BMP bytes into an RGB frame (alpha dropped, grey expanded).
+/// JPEG / PNG / WebP / BMP bytes into an RGB frame (alpha dropped, grey
+/// expanded, a JPEG's EXIF orientation applied).
 pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
     if bytes.is_empty() {
         return Err(Error::invalid(format!("{what}: empty encoded image")));
@@ -79,60 +90,65 @@ pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<F
     if let Ok(size) = imagesize::blob_size(bytes) {
         check_pixels(what, size.width as u64, size.height as u64, max_pixels)?;
     }
-    if let Some(frame) = super::jpeg::decode_rgb(bytes, |w, h| check_pixels(what, w, h, max_pixels))
-    {
+    let check = |w, h| check_pixels(what, w, h, max_pixels);
+    if let Some(frame) = super::jpeg::decode_rgb(bytes, check) {
         return frame;
     }
-    opencv_decode(what, bytes, max_pixels)
+    if let Some(frame) = super::webp::decode_rgb(bytes, check) {
+        return frame;
+    }
+    crate_decode(what, bytes, max_pixels)
 }
 
-/// What OpenCV's imdecode makes of `bytes` (EXIF orientation applied), as RGB.
-pub(super) fn opencv_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
-    let buf = Vector::<u8>::from_slice(bytes);
-    let bgr = imgcodecs::imdecode(&buf, imgcodecs::IMREAD_COLOR)
-        .map_err(|e| Error::invalid(format!("{what}: cannot decode image: {}", e.message)))?;
-    if bgr.empty() {
-        return Err(Error::invalid(format!(
+/// What the `image` crate makes of `bytes` (EXIF orientation applied), as RGB.
+pub(super) fn crate_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
+    let not_an_image = || {
+        Error::invalid(format!(
             "{what}: not a decodable image ({} bytes; expected JPEG, PNG, WebP or BMP)",
             bytes.len()
-        )));
+        ))
+    };
+    let format = image::guess_format(bytes).map_err(|_| not_an_image())?;
+    if !FORMATS.contains(&format) {
+        return Err(not_an_image());
     }
-    let (width, height) = (bgr.cols() as u64, bgr.rows() as u64);
-    check_pixels(what, width, height, max_pixels)?;
-    let mut rgb = Mat::default();
-    imgproc::cvt_color(&bgr, &mut rgb, imgproc::COLOR_BGR2RGB, 0)?;
-    let data = rgb.data_bytes()?.to_vec();
-    if data.len() as u64 != width * height * 3 {
-        return Err(Error::internal(format!(
-            "{what}: decoder returned an unexpected layout"
-        )));
-    }
+    let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+    let mut limits = Limits::default();
+    // A 16-bit RGBA image is 8 bytes a pixel; the headroom is the decoder's own.
+    limits.max_alloc = Some(max_pixels.saturating_mul(8).saturating_add(64 << 20));
+    reader.limits(limits);
+    let cannot = |e: image::ImageError| Error::invalid(format!("{what}: cannot decode image: {e}"));
+    let mut decoder = reader.into_decoder().map_err(cannot)?;
+    let (width, height) = decoder.dimensions();
+    check_pixels(what, width as u64, height as u64, max_pixels)?;
+    let orientation = decoder.orientation().map_err(cannot)?;
+    let mut image = DynamicImage::from_decoder(decoder).map_err(cannot)?;
+    image.apply_orientation(orientation);
+    let rgb = image.into_rgb8();
     Ok(Frame {
-        width: width as u32,
-        height: height as u32,
-        rgb: data,
+        width: rgb.width(),
+        height: rgb.height(),
+        rgb: rgb.into_raw(),
     })
 }
 
-/// Encode an RGB frame as JPEG (tests, benches, tools).
+/// Encode an RGB frame as JPEG, quality 95 (tests, benches, tools).
 pub fn encode_jpeg(frame: &Frame) -> Result<Vec<u8>> {
-    encode(frame, ".jpg")
+    super::jpeg::encode_rgb(frame, 95)
 }
 
 /// Encode an RGB frame as PNG (lossless: the crops of `return_crops`).
 pub fn encode_png(frame: &Frame) -> Result<Vec<u8>> {
-    encode(frame, ".png")
-}
-
-fn encode(frame: &Frame, extension: &str) -> Result<Vec<u8>> {
-    let rgb =
-        Mat::new_rows_cols_with_data(frame.height as i32, frame.width as i32 * 3, &frame.rgb)?;
-    let rgb = rgb.reshape(3, frame.height as i32)?;
-    let mut bgr = Mat::default();
-    imgproc::cvt_color(&rgb, &mut bgr, imgproc::COLOR_RGB2BGR, 0)?;
-    let mut out = Vector::<u8>::new();
-    imgcodecs::imencode(extension, &bgr, &mut out, &Vector::new())?;
-    Ok(out.to_vec())
+    let mut out = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut out)
+        .write_image(
+            &frame.rgb,
+            frame.width,
+            frame.height,
+            image::ExtendedColorType::Rgb8,
+        )
+        .map_err(|e| Error::internal(format!("PNG encoding failed: {e}")))?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -181,6 +197,46 @@ mod tests {
         assert!(diff / (back.rgb.len() as u64) < 8);
         let e = frame_from_encoded("ENCODED", &jpeg, 1000).unwrap_err();
         assert!(e.message().contains("max_image_pixels"), "{e}");
+    }
+
+    /// `frame` in `format`, by the `image` crate's encoders (lossless ones).
+    fn encoded(frame: &Frame, format: ImageFormat) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        image::RgbImage::from_raw(frame.width, frame.height, frame.rgb.clone())
+            .unwrap()
+            .write_to(&mut out, format)
+            .unwrap();
+        out.into_inner()
+    }
+
+    #[test]
+    fn png_bmp_and_lossless_webp_decode_to_their_pixels() {
+        let f = gradient(64, 48);
+        for format in [ImageFormat::Png, ImageFormat::Bmp, ImageFormat::WebP] {
+            let back = frame_from_encoded("ENCODED", &encoded(&f, format), 1 << 20).unwrap();
+            assert_eq!((back.width, back.height), (64, 48), "{format:?}");
+            assert!(back.rgb == f.rgb, "{format:?}: pixels changed");
+        }
+        let png = encode_png(&f).unwrap();
+        assert!(frame_from_encoded("ENCODED", &png, 1 << 20).unwrap().rgb == f.rgb);
+    }
+
+    #[test]
+    fn alpha_is_dropped_not_blended() {
+        let rgba = image::RgbaImage::from_fn(4, 2, |x, _| image::Rgba([x as u8 * 60, 7, 9, 0]));
+        let mut png = Cursor::new(Vec::new());
+        rgba.write_to(&mut png, ImageFormat::Png).unwrap();
+        let frame = frame_from_encoded("ENCODED", png.get_ref(), 1 << 20).unwrap();
+        assert_eq!(&frame.rgb[..6], &[0, 7, 9, 60, 7, 9]);
+    }
+
+    #[test]
+    fn other_formats_are_refused_by_name() {
+        // A GIF's header: a real format, not one ENCODED takes.
+        let gif = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
+        let e = frame_from_encoded("ENCODED", gif, 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput, "{e}");
+        assert!(e.message().contains("expected JPEG, PNG, WebP or BMP"), "{e}");
     }
 
     #[test]

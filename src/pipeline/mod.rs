@@ -1,12 +1,14 @@
 //! The face pipeline's data, independent of Triton: frames in, faces out.
-//! `image` turns client bytes into frames (OpenCV), `align` computes the
-//! similarity transform that puts a face's landmarks where the embedder
-//! expects them (the engines warp the chips); the engines (`crate::engine`)
-//! turn frames into faces.
+//! `image` turns client bytes into frames, `align` computes the similarity
+//! transform that puts a face's landmarks where the embedder expects them,
+//! `warp` makes the chip by it (for the ONNX engine; dlib warps its own); the
+//! engines (`crate::engine`) turn frames into faces.
 
 pub mod align;
 pub mod image;
 mod jpeg;
+pub mod warp;
+mod webp;
 
 /// An image ready for an engine: interleaved 8-bit RGB, row-major.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! The ONNX engine: a bring-your-own detector, landmark model and embedder,
 //! run by onnxruntime (default) or tract (pure Rust), each model cleaned at
-//! load (hygiene.rs). OpenCV does the image work (resize, crop, alignment
-//! warp). Matching is by cosine: `distance = 1 - cosine`.
+//! load (hygiene.rs). The image work around them (resize, grey crop) is in
+//! ops.rs, the alignment warp in `pipeline::warp`. Matching is by cosine: `distance = 1 - cosine`.
 //!
 //! Detector family understood: UltraFace / RFB ("ultraface"): one input
 //! 1x3xHxW, outputs scores [1,N,2] and boxes [1,N,4] (corner form, 0..1).
@@ -22,18 +22,15 @@ mod tract_ops;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use opencv::core::{Mat, Scalar, Size, BORDER_CONSTANT};
-use opencv::imgproc;
-use opencv::prelude::*;
-
 use super::fpu::FlushDenormals;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::align::{five_from_68, similarity, ARCFACE_112};
+use crate::pipeline::warp::warp_affine;
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Stages, Wanted};
 use blob::Blob;
 use net::{load_net, model_file, Net, RuntimeChoice};
-use ops::{frame_mat, l2_normalize, nms, resize, to_input, FrameImage};
+use ops::{grey_box, l2_normalize, nms, resize, to_input, Rect};
 
 pub use hygiene::Hygiene;
 pub use net::{run_model, TractBench};
@@ -102,12 +99,12 @@ impl OnnxEngine {
         })
     }
 
-    fn detect(&self, frame: &Frame, image: &FrameImage) -> Result<Vec<(BoxPx, f32)>> {
+    fn detect(&self, frame: &Frame) -> Result<Vec<(BoxPx, f32)>> {
         let (w, h) = self
             .settings
             .detector_size
             .unwrap_or((self.detector.shape[3], self.detector.shape[2]));
-        let input = to_input(&[resize(image, w, h)?], self.settings.detector_norm)?;
+        let input = to_input(&[resize(frame, w, h)?], self.settings.detector_norm)?;
         let out = self.detector.run(input)?;
         let (scores, boxes) = (Blob::output(&out, 0)?, Blob::output(&out, 1)?);
         let n = scores.len() / 2;
@@ -137,41 +134,22 @@ impl OnnxEngine {
     }
 
     /// 68 points for a box, from the landmark model (grey 64x64 crop, /256).
-    fn landmarks(&self, net: &Net, image: &FrameImage, b: &BoxPx) -> Result<[[f32; 2]; 5]> {
-        let (iw, ih) = (image.cols() as f32, image.rows() as f32);
+    fn landmarks(&self, net: &Net, frame: &Frame, b: &BoxPx) -> Result<[[f32; 2]; 5]> {
+        let (iw, ih) = (frame.width as f32, frame.height as f32);
         let left = b.left.clamp(0.0, iw - 1.0);
         let top = b.top.clamp(0.0, ih - 1.0);
         let right = b.right.clamp(left + 1.0, iw);
         let bottom = b.bottom.clamp(top + 1.0, ih);
-        let rect = opencv::core::Rect::new(
-            left as i32,
-            top as i32,
-            (right - left) as i32,
-            (bottom - top) as i32,
-        );
-        // Grey is per pixel, so greying only the box gives the same pixels
-        // as cropping a grey frame, for a fraction of the work.
-        let mut crop = Mat::default();
-        imgproc::cvt_color(
-            &Mat::roi(image, rect)?,
-            &mut crop,
-            imgproc::COLOR_RGB2GRAY,
-            0,
-        )?;
+        let rect = Rect {
+            x: left as u32,
+            y: top as u32,
+            width: (right - left) as u32,
+            height: (bottom - top) as u32,
+        };
         let (w, h) = (net.shape[3], net.shape[2]);
-        let mut small = Mat::default();
-        imgproc::resize(
-            &crop,
-            &mut small,
-            Size::new(w as i32, h as i32),
-            0.0,
-            0.0,
-            imgproc::INTER_LINEAR,
-        )?;
         let input = Blob {
             shape: vec![1, 1, h, w],
-            data: small
-                .data_bytes()?
+            data: grey_box(frame, rect, (w, h))?
                 .iter()
                 .map(|v| *v as f32 / 256.0)
                 .collect(),
@@ -193,29 +171,17 @@ impl OnnxEngine {
     }
 
     /// The aligned chip (embedder input size) of one face.
-    fn align(&self, image: &FrameImage, five: &[[f32; 2]; 5]) -> Result<Mat> {
+    fn align(&self, frame: &Frame, five: &[[f32; 2]; 5]) -> Result<Frame> {
         let (w, h) = (self.embedder.shape[3], self.embedder.shape[2]);
         // Reference points are for 112x112; scale them to the embedder's size.
         let (sx, sy) = (w as f32 / 112.0, h as f32 / 112.0);
         let reference: Vec<[f32; 2]> = ARCFACE_112.iter().map(|p| [p[0] * sx, p[1] * sy]).collect();
-        let m = similarity(five, &reference)?;
-        let matrix = Mat::from_slice_2d(&[m[0].to_vec(), m[1].to_vec()])?;
-        let mut chip = Mat::default();
-        imgproc::warp_affine(
-            image,
-            &mut chip,
-            &matrix,
-            Size::new(w as i32, h as i32),
-            imgproc::INTER_LINEAR,
-            BORDER_CONSTANT,
-            Scalar::default(),
-        )?;
-        Ok(chip)
+        warp_affine(frame, &similarity(five, &reference)?, w, h)
     }
 
-    fn embed(&self, chips: &[Mat]) -> Result<Vec<Vec<f32>>> {
+    fn embed(&self, chips: &[Frame]) -> Result<Vec<Vec<f32>>> {
         let norm = self.settings.embedder_norm;
-        let run = |batch: &[Mat]| -> Result<Vec<Vec<f32>>> {
+        let run = |batch: &[Frame]| -> Result<Vec<Vec<f32>>> {
             let out = self.embedder.run(to_input(batch, norm)?)?;
             let flat = Blob::output(&out, 0)?;
             if flat.len() != batch.len() * self.embedding_len {
@@ -240,21 +206,19 @@ impl OnnxEngine {
     }
 
     fn analyze_one(&mut self, frame: &Frame, wanted: Wanted, laps: &mut Laps) -> Result<Analysis> {
-        let image = frame_mat(frame)?;
-        laps.lap("frame");
-        let found = wanted.choose(self.detect(frame, &image)?, |(bbox, _)| *bbox)?;
+        let found = wanted.choose(self.detect(frame)?, |(bbox, _)| *bbox)?;
         laps.lap("detector");
         let net = self.landmarks.as_ref().expect("checked at load");
         let mut faces = Vec::with_capacity(found.len());
         let mut chips = Vec::with_capacity(found.len());
         for (bbox, score) in found {
-            let five = self.landmarks(net, &image, &bbox)?;
+            let five = self.landmarks(net, frame, &bbox)?;
             laps.lap("landmarks");
             let mut crop = None;
             if wanted.embeddings || wanted.crops {
-                let chip = self.align(&image, &five)?;
+                let chip = self.align(frame, &five)?;
                 if wanted.crops {
-                    crop = Some(chip_frame(&chip)?);
+                    crop = Some(chip.clone());
                 }
                 chips.push(chip);
                 laps.lap("align");
@@ -291,15 +255,6 @@ impl OnnxEngine {
     }
 }
 
-/// An aligned chip (RGB, as the frame) as a frame of its own.
-fn chip_frame(chip: &Mat) -> Result<Frame> {
-    Ok(Frame {
-        width: chip.cols() as u32,
-        height: chip.rows() as u32,
-        rgb: chip.data_bytes()?.to_vec(),
-    })
-}
-
 pub type StageTimes = Vec<(&'static str, Duration)>;
 
 /// Stage timings, when asked for: each `lap` adds the time since the last
@@ -328,8 +283,8 @@ impl Laps {
         }
     }
 
-    /// The answer's stages: reading the frame counts as detection, the
-    /// alignment as embedding (it makes the embedder's input).
+    /// The answer's stages: the alignment counts as embedding (it makes the
+    /// embedder's input).
     fn stages(&self) -> Stages {
         let sum = |names: &[&str]| -> Duration {
             self.times
@@ -339,7 +294,7 @@ impl Laps {
                 .sum()
         };
         Stages {
-            detection: sum(&["frame", "detector"]),
+            detection: sum(&["detector"]),
             landmarks: sum(&["landmarks"]),
             embedding: sum(&["align", "embedder"]),
         }
