@@ -8,9 +8,14 @@ fn main() {
     let header = "triton-core-headers/triton_backend_api.h";
     println!("cargo:rerun-if-changed={header}");
     // Export only our TRITONBACKEND_* entry points: symbols that dependencies
-    // (static archives, e.g. the opencv crate's callbacks) mark as public stay
+    // (static archives: usearch's C++ core, SQLite) mark as public stay
     // inside the library.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--exclude-libs,ALL");
+    // The libraries the backend carries (scripts/portable_lib.sh puts them in
+    // triton_face.libs/ beside it) are found there before the system's. An
+    // RPATH, not a RUNPATH: it also serves what those libraries load
+    // (libdlib's libpng, OpenBLAS's libgfortran), which name no path.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--disable-new-dtags,-rpath,$ORIGIN/triton_face.libs");
 
     detect_dlib_cuda();
     build_huge_pages();
