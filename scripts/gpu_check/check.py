@@ -1,0 +1,455 @@
+#!/usr/bin/env python3
+"""The GPU check of triton-face's offline bundle (run by gpu_check.sh, which sets up the
+client and the CUDA libraries first). From the bundle alone it:
+
+  1. writes a model repository: face_onnx_cpu (KIND_CPU) beside face_onnx_gpu, the ONNX
+     engine on onnxruntime's CUDA provider, face_sequence_gpu (the ONNX engine under
+     Triton's sequence batcher), face_dlib_gpu (the dlib engine), and face_onnx_too_new
+     (min_compute_capability above any card);
+  2. starts the bundle's tritonserver on it and loads the models one by one;
+  3. sends the sample photos to the CPU and the GPU model and compares the answers (same
+     faces and names, boxes within 2 px, distances within 0.01), with per-stage timings;
+  4. runs the sample video's frames through the sequence model against their truth;
+  5. asks dlib on a KIND_GPU model who is in two photos, and the server to load the model
+     whose minimum compute capability is above the card (it must refuse, and the rest
+     keep serving);
+  6. runs perf_analyzer on a one-face 640x480 IMAGE at concurrency 1, 8 and 32 against
+     the GPU and the CPU model;
+  7. writes out/summary.md (and prints it).
+
+With --cpu every model is KIND_CPU (no GPU needed: the suite runs it so), and what needs a
+GPU is reported as not run. Exit status 1 when a check fails; the summary says which.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+BUNDLE = Path(__file__).resolve().parent.parent
+PHOTOS = ["obama2.jpg", "obama3.jpg", "biden.jpg", "obama_640x480.jpg", "group5_480.jpg",
+          "noface.jpg", "32bit.png", "obama_partial_face.jpg"]
+GALLERY = ["obama.jpg", "biden.jpg"]
+BOX_PX, DISTANCE = 2, 0.01
+CONCURRENCY = [1, 8, 32]
+TOO_NEW = "99.0"
+
+
+# ---- the model repository ------------------------------------------------------------------
+
+def parameter(key: str, value: str) -> str:
+    return f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+
+
+def set_parameter(config: str, key: str, value: str) -> str:
+    """`config` with parameter `key` set to `value` (replaced, or added)."""
+    line = re.compile(rf'^parameters \{{ key: "{key}".*\n', re.M)
+    return line.sub(parameter(key, value), config) if line.search(config) \
+        else config + parameter(key, value)
+
+
+def configure(template: str, name: str, kind: str, count: int, **settings) -> str:
+    config = re.sub(r'^name: ".*"', f'name: "{name}"', template, count=1, flags=re.M)
+    config = re.sub(r"kind: KIND_\w+", f"kind: {kind}", config)
+    config = re.sub(r"count: \d+", f"count: {count}", config)
+    if "max_batch_size" in settings:
+        config = re.sub(r"max_batch_size: \d+", f"max_batch_size: {settings.pop('max_batch_size')}",
+                        config)
+    if "queue_delay_us" in settings:
+        config = re.sub(r"max_queue_delay_microseconds: \d+",
+                        f"max_queue_delay_microseconds: {settings.pop('queue_delay_us')}", config)
+    for key, value in settings.items():
+        config = set_parameter(config, key, str(value))
+    return config
+
+
+def onnx_parameters(template: str) -> dict[str, str]:
+    """The ONNX engine's parameters of the sample face_onnx model."""
+    keys = ("engine", "detector_family", "detector_model", "landmark_model", "embedder_model",
+            "detector_threshold", "nms_iou", "detector_channels", "embedder_channels",
+            "match_threshold")
+    found = dict(re.findall(r'key: "(\w+)"\s+value: \{ string_value: "([^"]*)" \}', template))
+    return {k: found[k] for k in keys}
+
+
+def write_model(root: Path, name: str, config: str, engine: str) -> None:
+    model = root / name
+    (model / "1").mkdir(parents=True)
+    (model / "gallery").mkdir()
+    for photo in GALLERY:
+        shutil.copy2(BUNDLE / "photos" / photo, model / "gallery" / photo)
+    if engine == "onnx":
+        for onnx in (BUNDLE / "models" / "onnx").iterdir():
+            (model / "1" / onnx.name).symlink_to(onnx)
+    else:
+        (model / "weights").symlink_to(BUNDLE / "models" / "dlib")
+    (model / "config.pbtxt").write_text(config)
+
+
+def model_repository(root: Path, gpu: str, cores: int) -> dict[str, str]:
+    """The check's models, written under `root`; returns {name: what it is}."""
+    templates = BUNDLE / "repos"
+    onnx = (templates / "face_onnx.pbtxt").read_text()
+    dlib = (templates / "face.pbtxt").read_text()
+    sequence = (templates / "face_sequence.pbtxt").read_text()
+    # The CPU model uses every core: instances x threads, one engine per thread.
+    threads = 4
+    cpu_instances = max(1, cores // threads)
+    models = {
+        "face_onnx_cpu": (configure(onnx, "face_onnx_cpu", "KIND_CPU", cpu_instances,
+                                    max_batch_size=32, batch_threads=threads), "onnx"),
+        # A GPU instance: batches as large as the dynamic batcher gathers in 0.5 ms, its
+        # threads prepare frames while the GPU runs another's models.
+        "face_onnx_gpu": (configure(onnx, "face_onnx_gpu", gpu, 2, max_batch_size=32,
+                                    queue_delay_us=500, batch_threads=threads), "onnx"),
+        "face_dlib_gpu": (configure(dlib, "face_dlib_gpu", gpu, 1), "dlib"),
+    }
+    sequence_onnx = re.sub(r'^parameters \{ key: "(engine|detector|weights_dir)".*\n', "",
+                           sequence, flags=re.M)
+    sequence_onnx = configure(sequence_onnx, "face_sequence_gpu", gpu, 1,
+                              **onnx_parameters(onnx))
+    models["face_sequence_gpu"] = (sequence_onnx, "onnx")
+    if gpu == "KIND_GPU":
+        models["face_onnx_too_new"] = (configure(onnx, "face_onnx_too_new", gpu, 1,
+                                                 min_compute_capability=TOO_NEW), "onnx")
+    for name, (config, engine) in models.items():
+        write_model(root, name, config, engine)
+    return {name: engine for name, (_, engine) in models.items()}
+
+
+# ---- the server ----------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, models: Path, out: Path):
+        self.http, self.grpc, self.metrics = free_port(), free_port(), free_port()
+        self.log = out / "server.log"
+        command = [str(BUNDLE / "tritonserver" / "bin" / "tritonserver"),
+                   f"--model-repository={models}",
+                   f"--backend-directory={BUNDLE / 'backends'}",
+                   "--model-control-mode=explicit", "--load-model=face_onnx_cpu",
+                   f"--http-port={self.http}", f"--grpc-port={self.grpc}",
+                   f"--metrics-port={self.metrics}", "--log-verbose=0"]
+        print("$ " + " ".join(command), flush=True)
+        self.process = subprocess.Popen(command, stdout=self.log.open("w"),
+                                        stderr=subprocess.STDOUT)
+        self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc}")
+        deadline = time.monotonic() + 120
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited ({self.process.returncode}):\n"
+                                   + self.log_tail())
+            try:
+                if self.client.is_server_live() and self.client.is_model_ready("face_onnx_cpu"):
+                    break
+            except InferenceServerException:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("tritonserver not ready in 120 s:\n" + self.log_tail())
+            time.sleep(0.25)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def load(self, name: str) -> str | None:
+        """None when `name` loaded, else the server's reason."""
+        try:
+            self.client.load_model(name)
+            return None
+        except InferenceServerException as error:
+            return error.message() or str(error)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+# ---- requests ------------------------------------------------------------------------------
+
+def encoded(data: bytes) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("ENCODED", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[data]], dtype=object))
+    return tensor
+
+
+def ask(client, model: str, data: bytes, **options) -> dict:
+    result = client.infer(model, [encoded(data)], parameters=options or None)
+    return json.loads(result.as_numpy("RESULT").reshape(-1)[0])
+
+
+def named(faces: list[dict]) -> list[str]:
+    return sorted(f["name"] for f in faces if f["name"] != "unknown")
+
+
+def compare(cpu: dict, gpu: dict) -> tuple[bool, float, float, str]:
+    """(equal within the tolerances, largest box difference, largest distance difference,
+    what differs)."""
+    a, b = cpu["faces"], gpu["faces"]
+    if len(a) != len(b):
+        return False, float("inf"), float("inf"), f"{len(a)} faces on the CPU, {len(b)} on the GPU"
+    box = max((abs(x["box"][k] - y["box"][k]) for x, y in zip(a, b) for k in x["box"]),
+              default=0.0)
+    dist = max((abs((x["distance"] or 0) - (y["distance"] or 0)) for x, y in zip(a, b)),
+               default=0.0)
+    names = [x["name"] for x in a] == [y["name"] for y in b]
+    ok = names and box <= BOX_PX and dist <= DISTANCE
+    why = "" if names else f"names {[x['name'] for x in a]} vs {[y['name'] for y in b]}"
+    return ok, box, dist, why
+
+
+def median(values: list[float]) -> float:
+    return float(np.median(values)) if values else float("nan")
+
+
+# ---- the checks ----------------------------------------------------------------------------
+
+class Check:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out).resolve()
+        self.rows: list[tuple[str, str, str]] = []  # (check, result, passed: yes/no/n-a)
+        self.failed = False
+        self.gpu = "KIND_CPU" if args.cpu else "KIND_GPU"
+
+    def row(self, what: str, result: str, passed: bool | None) -> None:
+        result = " ".join(result.split())  # one line: a table cell
+        mark = "n/a" if passed is None else ("yes" if passed else "NO")
+        if passed is False:
+            self.failed = True
+        self.rows.append((what, result, mark))
+        print(f"[{mark:>3}] {what}: {result}", flush=True)
+
+    def run(self) -> int:
+        work = self.out / "models"
+        if work.exists():
+            shutil.rmtree(work)
+        cores = os.cpu_count() or 2
+        models = model_repository(work, self.gpu, cores)
+        self.row("machine", f"{cores} CPU cores; {self.args.device}", None)
+        server = None
+        try:
+            server = Server(work, self.out)
+            self.load_models(server, models)
+            for check in (self.device_lines, self.answers, self.sequence, self.dlib,
+                          self.refusal, self.perf, self.gpu_memory):
+                check(server)
+        except Exception as error:  # noqa: BLE001 - any failure goes into the summary
+            self.row("the check stopped", f"{type(error).__name__}: {error}", False)
+            if server is not None:
+                print("server log, last lines:\n" + server.log_tail())
+        finally:
+            if server is not None:
+                server.stop()
+            self.write_summary()
+        return 1 if self.failed else 0
+
+    def load_models(self, server: Server, models: dict[str, str]) -> None:
+        for name in models:
+            if name in ("face_onnx_cpu", "face_onnx_too_new"):
+                continue
+            reason = server.load(name)
+            self.row(f"load {name}", "ready" if reason is None else reason, reason is None)
+        if self.failed:
+            raise RuntimeError("a model failed to load (server.log)")
+
+    def device_lines(self, server: Server) -> None:
+        """What the backend logged about devices: the capability check, the providers."""
+        lines = [line for line in server.log_text().splitlines()
+                 if re.search(r"compute capability|onnxruntime CUDA|engine on|dlib without CUDA|"
+                              r"GPU \d", line)]
+        (self.out / "device-lines.log").write_text("\n".join(lines) + "\n")
+        for line in lines[:12]:
+            print("    " + line)
+        if self.args.cpu:
+            self.row("device check in the log", "not run (--cpu: no KIND_GPU instance)", None)
+            return
+        passed = [line for line in lines if "compute capability" in line]
+        self.row("compute-capability check on the card", passed[0].split("] ", 1)[-1]
+                 if passed else "no log line about the compute capability", bool(passed))
+        cuda = [line for line in lines if "onnxruntime CUDA" in line]
+        self.row("face_onnx_gpu on onnxruntime's CUDA provider",
+                 "log: " + cuda[0].split("] ", 1)[-1] if cuda else "no such log line", bool(cuda))
+
+    def answers(self, server: Server) -> None:
+        client, rows, worst = server.client, [], (0.0, 0.0)
+        timings = {"face_onnx_cpu": {}, "face_onnx_gpu": {}}
+        all_equal = True
+        for photo in PHOTOS:
+            data = (BUNDLE / "photos" / photo).read_bytes()
+            cpu = ask(client, "face_onnx_cpu", data, timings=True)
+            gpu = ask(client, "face_onnx_gpu", data, timings=True)
+            equal, box, dist, why = compare(cpu, gpu)
+            all_equal &= equal
+            worst = (max(worst[0], box), max(worst[1], dist))
+            rows.append({"photo": photo, "cpu": cpu, "gpu": gpu, "equal": equal})
+            print(f"    {photo}: CPU {named(cpu['faces'])} GPU {named(gpu['faces'])} "
+                  f"box diff {box:.1f} px, distance diff {dist:.4f} {why}")
+        (self.out / "answers.json").write_text(json.dumps(rows, indent=1))
+        self.row("sample photos: GPU answers as the CPU", f"{len(PHOTOS)} photos; boxes within "
+                 f"{worst[0]:.1f} px, distances within {worst[1]:.4f}", all_equal)
+        expected = {"obama2.jpg": ["obama"], "biden.jpg": ["biden"], "noface.jpg": []}
+        right = all(named(r["gpu"]["faces"]) == expected[r["photo"]]
+                    for r in rows if r["photo"] in expected)
+        self.row("sample photos: names on the GPU model", "obama2 obama, biden biden, noface "
+                 "none" if right else "a wrong name (answers.json)", right)
+        # Per-stage times of the one-face 640x480 photo, median of 10 requests each.
+        data = (BUNDLE / "photos" / "obama_640x480.jpg").read_bytes()
+        for model in timings:
+            for _ in range(10):
+                for stage, ms in ask(client, model, data, timings=True)["timings_ms"].items():
+                    timings[model].setdefault(stage, []).append(ms)
+        stages = list(timings["face_onnx_gpu"])
+        table = ", ".join(f"{s} {median(timings['face_onnx_gpu'][s]):.2f} / "
+                          f"{median(timings['face_onnx_cpu'].get(s, [])):.2f}" for s in stages)
+        self.row("timings_ms, GPU / CPU model (obama_640x480.jpg, median of 10)", table, None)
+
+    def sequence(self, server: Server) -> None:
+        truth = json.loads((BUNDLE / "video" / "truth.json").read_text())["frames"]
+        frames = sorted((BUNDLE / "video" / "frames").glob("*.jpg"))
+        wrong, last = [], len(frames) - 1
+        for i, frame in enumerate(frames):
+            result = server.client.infer("face_sequence_gpu", [encoded(frame.read_bytes())],
+                                         sequence_id=7, sequence_start=i == 0,
+                                         sequence_end=i == last)
+            doc = json.loads(result.as_numpy("RESULT").reshape(-1)[0])
+            want = sorted(p["name"] for p in truth[i])
+            # A face half out of the frame may go either way (as tests/test_video.py).
+            if named(doc["faces"]) != want and len(doc["faces"]) == len(truth[i]):
+                wrong.append(i)
+        ok = len(frames) == len(truth) and len(wrong) <= len(frames) // 20
+        self.row("sample video through face_sequence_gpu", f"{len(frames)} frames, "
+                 f"{len(wrong)} named wrong (at most {len(frames) // 20} allowed)", ok)
+
+    def dlib(self, server: Server) -> None:
+        names = [named(ask(server.client, "face_dlib_gpu",
+                           (BUNDLE / "photos" / p).read_bytes())["faces"])
+                 for p in ("obama2.jpg", "biden.jpg")]
+        self.row("dlib engine on face_dlib_gpu", f"obama2.jpg {names[0]}, biden.jpg {names[1]}",
+                 names == [["obama"], ["biden"]])
+        if self.args.cpu:
+            self.row("dlib's warning on a KIND_GPU instance", "not run (--cpu)", None)
+            return
+        warning = [line for line in server.log_text().splitlines()
+                   if "face_dlib_gpu" in line and "built without CUDA" in line]
+        self.row("dlib's warning on a KIND_GPU instance",
+                 warning[0].split("] ", 1)[-1] if warning else "no warning logged", bool(warning))
+
+    def refusal(self, server: Server) -> None:
+        if self.args.cpu:
+            self.row("a model above the card's compute capability is refused",
+                     "not run (--cpu: Triton itself refuses KIND_GPU without a GPU)", None)
+            return
+        reason = server.load("face_onnx_too_new")
+        refused = reason is not None and f"below the minimum compute capability {TOO_NEW}" in reason
+        self.row("a model above the card's compute capability is refused",
+                 reason or "it loaded", refused)
+        still = server.client.is_model_ready("face_onnx_gpu") and named(ask(
+            server.client, "face_onnx_gpu", (BUNDLE / "photos" / "obama2.jpg").read_bytes())[
+                "faces"]) == ["obama"]
+        self.row("the other models keep serving after the refusal",
+                 "face_onnx_gpu ready, names obama2.jpg" if still else "face_onnx_gpu stopped",
+                 still)
+
+    def perf(self, server: Server) -> None:
+        data = BUNDLE / "perf" / "obama_640x480-IMAGE.json"
+        results = []
+        for model in ("face_onnx_gpu", "face_onnx_cpu"):
+            for concurrency in CONCURRENCY:
+                name = f"perf-{model}-c{concurrency}"
+                command = [str(BUNDLE / "perf_analyzer" / "run"), "-m", model, "-i", "grpc",
+                           "-u", f"127.0.0.1:{server.grpc}", "--input-data", str(data),
+                           "--shape", "IMAGE:480,640,3",
+                           "--concurrency-range", f"{concurrency}:{concurrency}",
+                           "--warmup-request-count", str(2 * concurrency),
+                           "--measurement-interval", str(self.args.perf_ms),
+                           "--max-trials", "3", "--stability-percentage", "1000",
+                           "-f", str(self.out / f"{name}.csv")]
+                log = self.out / f"{name}.log"
+                done = subprocess.run(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                      timeout=300)
+                if done.returncode != 0:
+                    self.row(f"perf_analyzer {model} c{concurrency}",
+                             "failed: " + log.read_text()[-400:], False)
+                    continue
+                with (self.out / f"{name}.csv").open() as f:
+                    row = next(csv.DictReader(f))
+                results.append((model, concurrency, float(row["Inferences/Second"]),
+                                float(row["p50 latency"]) / 1000, float(row["p99 latency"]) / 1000))
+        lines = ["| model | concurrency | frames/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+        lines += [f"| {m} | {c} | {fps:.1f} | {p50:.1f} | {p99:.1f} |"
+                  for m, c, fps, p50, p99 in results]
+        self.perf_table = "\n".join(lines)
+        print(self.perf_table)
+        best = {m: max((r[2] for r in results if r[0] == m), default=0.0)
+                for m in ("face_onnx_gpu", "face_onnx_cpu")}
+        ratio = best["face_onnx_gpu"] / best["face_onnx_cpu"] if best["face_onnx_cpu"] else 0.0
+        self.row("perf_analyzer, one-face 640x480 IMAGE, best throughput GPU / CPU model",
+                 f"{best['face_onnx_gpu']:.1f} / {best['face_onnx_cpu']:.1f} frames/s "
+                 f"({ratio:.2f}x)", len(results) == 2 * len(CONCURRENCY))
+
+    def gpu_memory(self, server: Server) -> None:
+        if self.args.cpu:
+            self.row("the server's GPU memory (nvidia-smi)", "not run (--cpu)", None)
+            return
+        query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"]
+        done = subprocess.run(query, capture_output=True, text=True)
+        apps = done.stdout.strip().splitlines()
+        mine = [line for line in apps if line.split(",")[0].strip() == str(server.process.pid)]
+        if mine:
+            self.row("the server's GPU memory (nvidia-smi)", mine[0].split(",")[1].strip(), True)
+            return
+        # In a container the driver may list other process ids, or none: say what it saw.
+        total = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.strip()
+        self.row("the server's GPU memory (nvidia-smi)", f"pid {server.process.pid} not listed "
+                 f"(processes: {'; '.join(apps) or 'none'}); the GPU's memory in use: {total}",
+                 None)
+
+    def write_summary(self) -> None:
+        lines = [f"# triton-face GPU check ({'--cpu' if self.args.cpu else 'GPU'}), "
+                 f"{time.strftime('%Y-%m-%d %H:%M')}", "",
+                 "| check | result | passed |", "|---|---|---|"]
+        lines += [f"| {w} | {r.replace('|', '/')} | {p} |" for w, r, p in self.rows]
+        lines += ["", getattr(self, "perf_table", ""), "",
+                  "FAILED" if self.failed else "All checks passed."]
+        text = "\n".join(lines) + "\n"
+        (self.out / "summary.md").write_text(text)
+        print("\n" + text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="every model KIND_CPU (no GPU)")
+    parser.add_argument("--out", required=True, help="folder for the logs and the summary")
+    parser.add_argument("--perf-ms", type=int, default=3000,
+                        help="perf_analyzer's measurement window (3 per run)")
+    parser.add_argument("--device", default="no GPU", help="the card, as nvidia-smi names it")
+    return Check(parser.parse_args()).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Proves triton-face on this machine's NVIDIA GPU, from this bundle alone (under 5 minutes).
+#
+#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS]
+#
+#   --cpu            every model KIND_CPU: the same check without a GPU
+#   --cuda-libs DIR  a site-packages folder holding NVIDIA's CUDA 13 wheels (nvidia/cu13/lib,
+#                    nvidia/cudnn/lib, ...); default: found from python3, else LD_LIBRARY_PATH
+#   --out DIR        where everything printed goes, with summary.md (default: out/ here)
+#   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
+#
+# Needs: x86-64 Linux with glibc 2.35+, python3 (3.11 or 3.12), and for the GPU the NVIDIA
+# driver and the CUDA 13 user libraries (cudart, cuBLAS, cuRAND, cuDNN 9) as the
+# nvidia-* wheels install them. Everything else is in the bundle: tritonserver, the backend
+# and the libraries it needs, onnxruntime with CUDA, the models, photos and video frames,
+# perf_analyzer, tritonclient's wheels.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000
+while [ $# -gt 0 ]; do
+    case $1 in
+        --cpu) CPU=1 && shift ;;
+        --cuda-libs) CUDA_LIBS=$2 && shift 2 ;;
+        --out) OUT=$2 && shift 2 ;;
+        --perf-ms) PERF_MS=$2 && shift 2 ;;
+        -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" && exit 0 ;;
+        *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
+    esac
+done
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd -P)"
+# Everything printed from here on also goes to out/check.log.
+exec > >(tee "$OUT/check.log") 2>&1
+
+step() { printf '\n== %s\n' "$*"; }
+fail() {
+    echo "gpu_check: $*" >&2
+    exit 1
+}
+
+step "machine"
+date -u '+%Y-%m-%d %H:%M UTC'
+uname -srm
+ldd --version 2>&1 | sed -n 1p
+grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release || true
+grep -m1 'model name' /proc/cpuinfo || true
+echo "CPU cores: $(nproc)"
+
+PYTHON="$(command -v python3 || true)"
+[ -n "$PYTHON" ] || fail "python3 not found (3.11 or 3.12 is needed)"
+echo "python: $("$PYTHON" --version 2>&1) ($PYTHON)"
+
+DEVICE="no GPU (--cpu)"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+if [ "$CPU" = 0 ]; then
+    step "nvidia-smi"
+    command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: is the NVIDIA driver installed?"
+    nvidia-smi
+    DEVICE="$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader | head -n 1)"
+
+    step "CUDA 13 libraries"
+    if [ -z "$CUDA_LIBS" ]; then
+        CUDA_LIBS="$("$PYTHON" -c 'import os, nvidia; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null || true)"
+    fi
+    dirs=()
+    if [ -n "$CUDA_LIBS" ]; then
+        [ -d "$CUDA_LIBS/nvidia" ] || fail "--cuda-libs $CUDA_LIBS holds no nvidia/ folder"
+        mapfile -t dirs < <(find "$CUDA_LIBS/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u)
+    fi
+    LD_LIBRARY_PATH="$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # What onnxruntime-gpu's CUDA provider links (cudart, cuBLAS, cuRAND) and opens (cuDNN).
+    missing=()
+    for soname in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcudnn.so.9; do
+        found=
+        IFS=: read -ra path <<<"$LD_LIBRARY_PATH"
+        for dir in "${path[@]}"; do
+            [ -n "$dir" ] && [ -e "$dir/$soname" ] && found="$dir/$soname" && break
+        done
+        if [ -z "$found" ]; then
+            found="$(ldconfig -p 2>/dev/null | awk -v s="$soname" '$1 == s {print $NF; exit}')"
+        fi
+        echo "$soname: ${found:-NOT FOUND}"
+        [ -n "$found" ] || missing+=("$soname")
+    done
+    [ ${#missing[@]} -eq 0 ] || fail "missing ${missing[*]}: pass --cuda-libs SITE_PACKAGES (where pip put the nvidia-* CUDA 13 wheels) or put them on LD_LIBRARY_PATH"
+    echo "onnxruntime's CUDA provider resolves:"
+    LD_LIBRARY_PATH="$HERE/backends/face:$LD_LIBRARY_PATH" ldd "$HERE/backends/face/libonnxruntime_providers_cuda.so" |
+        grep -E 'cu|not found' || true
+fi
+
+step "the backend's libraries (ldd, nothing from the system but glibc and libstdc++)"
+ldd "$HERE/backends/face/libtriton_face.so"
+
+step "Python client (tritonclient from the bundle's wheels)"
+CLIENT="$OUT/python"
+rm -rf "$CLIENT"
+pip_wheel="$(ls "$HERE"/wheels/pip-*.whl)"
+"$PYTHON" "$pip_wheel/pip" install --quiet --disable-pip-version-check --no-index \
+    --find-links "$HERE/wheels" --target "$CLIENT" -r "$HERE/check/requirements.txt"
+export PYTHONPATH="$CLIENT"
+
+step "check"
+args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
+[ "$CPU" = 0 ] || args+=(--cpu)
+"$PYTHON" "$HERE/check/check.py" "${args[@]}"
