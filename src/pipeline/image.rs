@@ -236,7 +236,10 @@ mod tests {
         let gif = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
         let e = frame_from_encoded("ENCODED", gif, 1 << 20).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::InvalidInput, "{e}");
-        assert!(e.message().contains("expected JPEG, PNG, WebP or BMP"), "{e}");
+        assert!(
+            e.message().contains("expected JPEG, PNG, WebP or BMP"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! WebP by libwebp, compiled into the library from the `webp` crate's
 //! sources: about twice as fast as the `image` crate's own decoder on the
-//! sample photo (docs/benchmarks.md, "Decoding"). What libwebp does not
-//! decode here (an animation) is left to the `image` crate.
+//! sample photo (docs/benchmarks.md, "Decoding and the image work"). What
+//! libwebp does not decode here (an animation) is left to the `image` crate.
 
 use super::Frame;
 use crate::error::Result;
