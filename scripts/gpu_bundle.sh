@@ -35,10 +35,7 @@ NAME=triton-face-gpu
 while [ $# -gt 0 ]; do
     case $1 in
         --out) OUT=$2 && shift 2 ;;
-        -h | --help)
-            sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-            exit 0
-            ;;
+        -h | --help) print_usage "${BASH_SOURCE[0]}" && exit 0 ;;
         *) die "unknown argument: $1 (try --help)" ;;
     esac
 done
@@ -78,18 +75,6 @@ client_wheels() {
     echo "$want" >"$stamp"
 }
 
-# carry ELF DEST: ELF's libraries from outside the base system (what every x86-64 Linux has:
-# glibc, libstdc++, libgcc_s) copied into DEST under the names ELF asks for.
-carry() {
-    local base='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libresolv\.so\.2|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
-    mkdir -p "$2"
-    ldd "$1" | awk '$2 == "=>" {print $1, $3}' | while read -r soname path; do
-        [[ $soname =~ $base ]] && continue
-        [ -f "$path" ] || die "$1: $soname not found (ldd: $path)"
-        [ -e "$2/$soname" ] || install -m 0644 "$(readlink -f "$path")" "$2/$soname"
-    done
-}
-
 client_wheels
 STAGE="$(mktemp -d "${TMPDIR:-/tmp}/gpu-bundle.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
@@ -103,12 +88,12 @@ install -m 0644 "$GPU_ASSETS"/onnxruntime/* "$B/backends/face/"
 log "tritonserver and its libraries"
 server_dir="$(dirname "$(dirname "$TRITONSERVER")")"
 install -D -m 0755 "$TRITONSERVER" "$B/tritonserver/bin/tritonserver"
-carry "$TRITONSERVER" "$B/tritonserver/lib"
+carry_libs "$TRITONSERVER" "$B/tritonserver/lib"
 
 log "perf_analyzer"
 install -D -m 0755 "$FACE_ASSETS/perf_analyzer/perf_analyzer" "$B/perf_analyzer/perf_analyzer"
 # Its libcudart and libb64 are pytriton's, linked under the names it asks for by setup.sh.
-LD_LIBRARY_PATH="$FACE_ASSETS/perf_analyzer/lib" carry "$FACE_ASSETS/perf_analyzer/perf_analyzer" "$B/perf_analyzer/lib"
+LD_LIBRARY_PATH="$FACE_ASSETS/perf_analyzer/lib" carry_libs "$FACE_ASSETS/perf_analyzer/perf_analyzer" "$B/perf_analyzer/lib"
 install -m 0755 "$FACE_ASSETS/perf_analyzer/run" "$B/perf_analyzer/run"
 
 log "models, photos, the sample video's frames, perf_analyzer's input"

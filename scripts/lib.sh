@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Small helpers shared by the scripts in scripts/. Source it; do not run it.
 #   REPO_ROOT      absolute path of the repository (set on source)
+#   print_usage SCRIPT, BASE_LIBS, carry_libs ELF DEST: see each below
 #   log MSG...     one progress line on stderr
 #   warn MSG...    a warning line on stderr
 #   die MSG...     an error line on stderr, then exit 1
@@ -12,6 +13,24 @@
 
 # shellcheck disable=SC2034  # used by the scripts that source this file
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+
+# print_usage SCRIPT: the comment block at the top of SCRIPT, as its --help.
+print_usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$1"; }
+
+# What every x86-64 Linux has (glibc's libraries, the GCC C++ runtime): never carried.
+BASE_LIBS='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libresolv\.so\.2|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
+
+# carry_libs ELF DEST: every library ELF loads (its ldd closure) that is not in BASE_LIBS,
+# copied into DEST under the name ELF's side asks for; fails on one that is not found.
+carry_libs() {
+    local soname path
+    mkdir -p "$2"
+    while read -r soname path; do
+        [[ $soname =~ $BASE_LIBS ]] && continue
+        [ -f "$path" ] || die "$1: $soname not found on this machine (ldd: $path)"
+        install -m 0644 "$(readlink -f "$path")" "$2/$soname"
+    done < <(ldd "$1" | awk '$2 == "=>" {print $1, $3}')
+}
 
 log() { printf '[%s] %s\n' "${LOG_TAG:-face}" "$*" >&2; }
 warn() { printf '[%s] WARNING: %s\n' "${LOG_TAG:-face}" "$*" >&2; }

@@ -24,18 +24,13 @@ while [ $# -gt 0 ]; do
     case $1 in
         --lib) LIB=$2 && shift 2 ;;
         --out) OUT=$2 && shift 2 ;;
-        -h | --help)
-            sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
-            exit 0
-            ;;
+        -h | --help) print_usage "${BASH_SOURCE[0]}" && exit 0 ;;
         *) die "unknown argument: $1 (try --help)" ;;
     esac
 done
 [ -n "$OUT" ] || die "--out DIR is required (try --help)"
 [ -f "$LIB" ] || die "$LIB not found: build it first (bash scripts/build.sh)"
 
-# What every x86-64 Linux has: glibc's libraries and the GCC C++ runtime.
-BASE='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libmvec\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libresolv\.so\.2|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
 # The newest symbol versions Ubuntu 22.04 provides.
 MAX_GLIBC=2.35
 MAX_GLIBCXX=3.4.29
@@ -62,23 +57,20 @@ rpath="$(readelf -d "$LIB" | sed -n 's/.*(RPATH).*\[\(.*\)\]/\1/p')"
 [ "$rpath" = '$ORIGIN/triton_face.libs' ] ||
     die "$LIB has RPATH '$rpath', expected \$ORIGIN/triton_face.libs (set by build.rs): rebuild it"
 
+rm -rf "$OUT/triton_face.libs"
 mkdir -p "$OUT/triton_face.libs"
 install -m 0755 "$LIB" "$OUT/libtriton_face.so"
 check_versions "$LIB"
 
-# ldd lists the whole closure (what the library needs, and what those need); each one
-# outside the base is copied under its soname.
-carried=0
-while read -r soname path; do
-    [[ $soname =~ $BASE ]] && continue
-    [ -f "$path" ] || die "$LIB: $soname not found on this machine (ldd says '$path')"
-    check_versions "$path"
-    install -m 0644 "$(readlink -f "$path")" "$OUT/triton_face.libs/$soname"
-    carried=$((carried + 1))
-done < <(ldd "$LIB" | awk '$2 == "=>" {print $1, $3} $2 != "=>" {print $1, "-"}' | grep -v '^/')
+# The whole closure beyond the base (what the library needs, and what those need), each
+# under its soname.
+carry_libs "$LIB" "$OUT/triton_face.libs"
+for carried in "$OUT"/triton_face.libs/*; do
+    check_versions "$carried"
+done
 
 # Once copied, every library must resolve inside the folder or to the base.
 outside="$(ldd "$OUT/libtriton_face.so" | awk '$2 == "=>" {print $1, $3}' |
-    grep -Ev "^[^ ]+ $(realpath "$OUT")/triton_face\.libs/" | awk '{print $1}' | grep -Ev "$BASE" || true)"
+    grep -Ev "^[^ ]+ $(realpath "$OUT")/triton_face\.libs/" | awk '{print $1}' | grep -Ev "$BASE_LIBS" || true)"
 [ -z "$outside" ] || die "$OUT/libtriton_face.so still resolves outside its folder: $outside"
-log "portable: $OUT/libtriton_face.so with $carried libraries in triton_face.libs/ ($(du -sh "$OUT/triton_face.libs" | cut -f1))"
+log "portable: $OUT/libtriton_face.so with $(ls "$OUT/triton_face.libs" | wc -l) libraries in triton_face.libs/ ($(du -sh "$OUT/triton_face.libs" | cut -f1))"
