@@ -3,7 +3,9 @@
 # an NVIDIA GPU and nothing else (no network, Docker, apt or Rust there), as parts of at most
 # 60 MB each.
 #
-# Usage: scripts/gpu_bundle.sh --out DIR
+# Usage: scripts/gpu_bundle.sh --out DIR [--pythons "3.11 3.12"]
+#   --pythons  the CPython versions whose client wheels it carries (default both; the GPU
+#              machine needs only its own: "3.12" makes the bundle 30 MB smaller)
 #   DIR gets triton-face-gpu.tar.xz.part-00, -01, ..., SHA256SUMS and UNPACK.txt. On the GPU
 #   machine, in an empty folder holding them:
 #     sha256sum -c SHA256SUMS && cat triton-face-gpu.tar.xz.part-* | xz -d | tar -x
@@ -13,8 +15,8 @@
 # libraries it needs; backends/face/ with libtriton_face.so, the libraries it needs
 # (scripts/portable_lib.sh) and onnxruntime-gpu's CUDA build; the sample ONNX models and dlib
 # weights; the sample photos, the sample video's frames and truth; perf_analyzer; wheels of
-# tritonclient and its dependencies for CPython 3.11 and 3.12; the check's model configs
-# (repos/) and gpu_check.sh with check/check.py.
+# tritonclient and its dependencies for CPython 3.11 and 3.12 (--pythons); the check's model
+# configs (repos/) and gpu_check.sh with check/check.py.
 #
 # Runs scripts/setup.sh and scripts/build.sh first (quick when done); downloads, once, into
 # assets/gpu/: onnxruntime-gpu's libraries (scripts/gpu_assets.tsv) and the client wheels
@@ -35,6 +37,7 @@ NAME=triton-face-gpu
 while [ $# -gt 0 ]; do
     case $1 in
         --out) OUT=$2 && shift 2 ;;
+        --pythons) read -ra PYTHONS <<<"$2" && shift 2 ;;
         -h | --help) print_usage "${BASH_SOURCE[0]}" && exit 0 ;;
         *) die "unknown argument: $1 (try --help)" ;;
     esac
