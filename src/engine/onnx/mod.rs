@@ -1,7 +1,8 @@
 //! The ONNX engine: a bring-your-own detector, landmark model and embedder,
 //! run by onnxruntime (default) or tract (pure Rust), each model cleaned at
 //! load (hygiene.rs). The image work around them (resize, grey crop) is in
-//! ops.rs, the alignment warp in `pipeline::warp`. Matching is by cosine: `distance = 1 - cosine`.
+//! ops.rs, the alignment warp in `pipeline::warp`. Matching is by cosine:
+//! `distance = 1 - cosine`.
 //!
 //! Detector family understood: UltraFace / RFB ("ultraface"): one input
 //! 1x3xHxW, outputs scores [1,N,2] and boxes [1,N,4] (corner form, 0..1).
