@@ -234,6 +234,7 @@ class Check:
         self.rows: list[tuple[str, str, str]] = []  # (check, result, passed: yes/no/n-a)
         self.failed = False
         self.gpu = "KIND_CPU" if args.cpu else "KIND_GPU"
+        self.perf_table = ""  # perf_analyzer's table, once it ran
 
     def row(self, what: str, result: str, passed: bool | None) -> None:
         result = " ".join(result.split())  # one line: a table cell
@@ -434,7 +435,7 @@ class Check:
                  f"{time.strftime('%Y-%m-%d %H:%M')}", "",
                  "| check | result | passed |", "|---|---|---|"]
         lines += [f"| {w} | {r.replace('|', '/')} | {p} |" for w, r, p in self.rows]
-        lines += ["", getattr(self, "perf_table", ""), "",
+        lines += ["", self.perf_table, "",
                   "FAILED" if self.failed else "All checks passed."]
         text = "\n".join(lines) + "\n"
         (self.out / "summary.md").write_text(text)

@@ -1,9 +1,9 @@
 //! From what a client sends to a `Frame`: encoded bytes decoded (JPEG by
 //! libjpeg-turbo, jpeg.rs; WebP by libwebp, webp.rs; PNG, BMP and what those
 //! two refuse by the `image` crate: no codec library travels with the backend
-//! but libjpeg-turbo),
-//! or raw pixels checked and converted to RGB. Limits are enforced before any
-//! large allocation: an encoded image's size is read from its header first.
+//! but libjpeg-turbo), or raw pixels checked and converted to RGB. Limits are
+//! enforced before any large allocation: an encoded image's size is read from
+//! its header first.
 
 use std::io::Cursor;
 
