@@ -14,8 +14,12 @@ little-endian arrays without headers, which any language reads in one call:
                the measured similarity distributions; written last: a folder without it
                is incomplete
 
-  python benches/matching/data.py --kind clustered|uniform --n 100000 --dim 512 \
-      --metric cosine|euclidean --queries 1000 [--seed 22] [--out DIR]
+  late.i64     rows inserted one at a time after the others (kind real only; the gallery
+               adds its folder photos so)
+
+  python benches/matching/data.py --kind clustered|uniform|shifted|real --n 100000 \
+      --dim 512 --metric cosine|euclidean --queries 1000 [--seed 22] [--out DIR] \
+      [--real DIR]
 
 The default folder is out/matching/<kind>-<metric>-<dim>d-<n>/. A folder whose meta.json
 records the same parameters is left alone (run again at no cost). Needs numpy only.
@@ -23,6 +27,17 @@ records the same parameters is left alone (run again at no cost). Needs numpy on
 Data models (all vectors unit norm, as the gallery stores them):
   uniform    random unit vectors, each its own person: no structure, the worst case for
              graph indexes. Queries are planted near one random stored vector.
+  shifted    (d) clustered, but the queries turn from their planted row towards directions
+             of another population (the model drawn with another seed): a gallery of one
+             set of people searched with photos from elsewhere.
+  real       (c) clustered, with real faces placed among the synthetic people: the ONNX
+             engine's embeddings of the sample photos and of those photos flipped,
+             cropped, blurred and scaled (examples/real_faces.rs writes them to --real DIR,
+             default out/matching/real-faces). Each real person's first photo as taken is
+             stored (every other one of them inserted last, as the gallery adds its folder
+             photos); the queries are all their other rows, so --queries is what there is.
+             Real faces lie outside the synthetic people's subspace: far from every stored
+             row but their own, the case where a graph walk strays. Cosine only.
   clustered  "people as clusters": persons with 1-5 stored embeddings each (mean ~2),
              scattered around a person centre. Centres, within-person scatter and query
              noise are directions drawn from a low-rank model (Gaussian mixing of a
@@ -53,7 +68,7 @@ from typing import BinaryIO
 import numpy as np
 
 # Bump when the data model changes: folders of an older version are regenerated.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DEFAULT_SEED = 22
 # Rows per block: ~130 MiB of float32 at 512-d, a few such arrays live at once.
 BLOCK_ROWS = 1 << 16
@@ -66,6 +81,9 @@ COUNT_PROBS = (0.45, 0.30, 0.13, 0.07, 0.05)
 EXACT_CANDIDATES = 4
 # Random-stream ids (SeedSequence entropy [seed, stream, block]).
 S_MODEL, S_COUNTS, S_PERSONS, S_UNIFORM, S_QUERIES, S_STATS = range(6)
+# The other population of kind "shifted": the model drawn with seed + SHIFTED_SEED.
+SHIFTED_SEED = 1000
+
 
 FILES = {  # name -> (dtype, columns: "dim" or 1, rows: "n" or "q")
     "base.f32": ("<f4", "dim", "n"),
@@ -107,6 +125,7 @@ class Params:
     queries: int
     seed: int
     generator: int = GENERATOR_VERSION
+    real: str = ""  # kind real: the BLAKE2 hash of the real faces' files
 
 
 def rng_for(seed: int, stream: int, block: int = 0) -> np.random.Generator:
@@ -197,7 +216,10 @@ def write_uniform(p: Params, base: BinaryIO, labels: BinaryIO) -> int:
     return p.n
 
 
-def make_queries(p: Params, model: Model | None, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def make_queries(
+    p: Params, model: Model | None, base: np.ndarray, towards: Model | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Queries planted near random rows, turned towards `towards`' directions if given."""
     rng = rng_for(p.seed, S_QUERIES)
     planted = rng.choice(p.n, size=p.queries, replace=p.queries > p.n).astype("<i8")
     near = np.asarray(base[planted], dtype=np.float32)
@@ -206,8 +228,46 @@ def make_queries(p: Params, model: Model | None, base: np.ndarray) -> tuple[np.n
     if model is None:  # uniform: isotropic noise, like the data
         u = unit_rows(rng.standard_normal((p.queries, p.dim), dtype=np.float32))
     else:
-        u = model.directions(rng, p.queries)
+        u = (towards or model).directions(rng, p.queries)
     return tilt(near, u, cos), planted
+
+
+def read_real(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The real faces (rows) and the person of each: examples/real_faces.rs's output."""
+    emb, person = folder / "real.f32", folder / "person.i64"
+    if not emb.is_file() or not person.is_file():
+        sys.exit(
+            f"{folder}: no real faces; make them with "
+            f"cargo run --release --example real_faces -- {folder}"
+        )
+    persons = np.fromfile(person, dtype="<i8")
+    return unit_rows(np.fromfile(emb, dtype="<f4").reshape(len(persons), -1)), persons
+
+
+def real_hash(folder: Path) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for name in ("real.f32", "person.i64"):
+        h.update((folder / name).read_bytes())
+    return h.hexdigest()
+
+
+def place_real(
+    p: Params, real: np.ndarray, persons: np.ndarray, base: np.ndarray, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Store each real person's first row over a synthetic row, spread through the base
+    (new person labels after the synthetic ones); the queries are their other rows.
+    Returns queries, planted rows, late rows (every other real person's)."""
+    people = np.unique(persons)
+    first = np.array([np.flatnonzero(persons == q)[0] for q in people])
+    rows = (np.arange(len(people)) * p.n) // len(people) + p.n // (2 * len(people))
+    base[rows] = real[first]
+    labels[rows] = labels.max() + 1 + np.arange(len(people))
+    query = np.setdiff1d(np.arange(len(persons)), first)
+    slot = {int(q): int(r) for q, r in zip(people, rows, strict=True)}
+    planted = np.array([slot[int(persons[i])] for i in query], dtype="<i8")
+    return real[query], planted, rows[1::2].astype("<i8")
 
 
 def scores(q: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
@@ -332,24 +392,32 @@ def clear(folder: Path) -> None:
     """Drop meta.json first (an interrupted run must not look complete) and stale caches."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").unlink(missing_ok=True)
+    (folder / "late.i64").unlink(missing_ok=True)
     # Index caches of the benches (faiss_bench.py) belong to the old vectors.
     for old in [*folder.glob("*.index"), *folder.glob("*.index.json"), *folder.glob("*.partial")]:
         old.unlink()
 
 
-def generate(p: Params, folder: Path) -> dict:
+def generate(p: Params, folder: Path, real_dir: str = "") -> dict:
     t0 = time.monotonic()
     clear(folder)
     profile = profile_for(p.metric, p.dim)
-    model = Model(p.dim, profile, p.seed) if p.kind == "clustered" else None
+    model = Model(p.dim, profile, p.seed) if p.kind != "uniform" else None
     with open(folder / "base.f32", "wb") as base, open(folder / "labels.i64", "wb") as labels:
         persons = (
             write_clustered(p, model, base, labels) if model else write_uniform(p, base, labels)
         )
     t_base = time.monotonic() - t0
-    base_mm = np.memmap(folder / "base.f32", dtype="<f4", mode="r", shape=(p.n, p.dim))
+    base_mm = np.memmap(folder / "base.f32", dtype="<f4", mode="r+", shape=(p.n, p.dim))
     labels_a = np.fromfile(folder / "labels.i64", dtype="<i8")
-    queries, planted = make_queries(p, model, base_mm)
+    if p.kind == "real":
+        queries, planted, late = place_real(p, *read_real(Path(real_dir)), base_mm, labels_a)
+        base_mm.flush()
+        labels_a.tofile(folder / "labels.i64")
+        late.tofile(folder / "late.i64")
+    else:
+        other = Model(p.dim, profile, p.seed + SHIFTED_SEED) if p.kind == "shifted" else None
+        queries, planted = make_queries(p, model, base_mm, other)
     t1 = time.monotonic()
     exact, other = exact_search(base_mm, labels_a, queries, labels_a[planted], p.metric)
     t_exact = time.monotonic() - t1
@@ -391,31 +459,42 @@ def report(meta: dict) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kind", choices=("clustered", "uniform"), default="clustered")
+    ap.add_argument(
+        "--kind", choices=("clustered", "uniform", "shifted", "real"), default="clustered"
+    )
     ap.add_argument("--n", type=int, default=100_000, help="stored embeddings (default 100000)")
     ap.add_argument("--dim", type=int, help="default 512 for cosine, 128 for euclidean")
     ap.add_argument("--metric", choices=("cosine", "euclidean"), default="cosine")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--out", help="folder (default out/matching/<kind>-<metric>-<dim>d-<n>/)")
+    ap.add_argument("--real", help="kind real: the real faces (default out/matching/real-faces)")
     args = ap.parse_args(argv)
     if args.dim is None:
         args.dim = 512 if args.metric == "cosine" else 128
     if args.n < 2 or args.dim < 2 or args.queries < 1:
         ap.error("need --n >= 2, --dim >= 2, --queries >= 1")
+    if args.kind == "real" and (args.metric, args.dim) != ("cosine", 512):
+        ap.error("--kind real: the ONNX engine's faces, cosine and 512-d only")
     return args
 
 
 def main(argv: list[str]) -> int:
     a = parse_args(argv)
-    p = Params(a.kind, a.n, a.dim, a.metric, a.queries, a.seed)
+    real_dir, real = "", ""
+    if a.kind == "real":
+        real_dir = a.real or str(Path(__file__).resolve().parents[2] / "out/matching/real-faces")
+        _, persons = read_real(Path(real_dir))
+        a.queries = len(persons) - len(np.unique(persons))
+        real = real_hash(Path(real_dir))
+    p = Params(a.kind, a.n, a.dim, a.metric, a.queries, a.seed, real=real)
     folder = out_dir(p, a.out)
     if up_to_date(folder, p):
         print(f"{folder}: up to date (skip)")
         report(json.loads((folder / "meta.json").read_text()))
         return 0
     print(f"{folder}: generating {p}", flush=True)
-    meta = generate(p, folder)
+    meta = generate(p, folder, real_dir)
     (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     report(meta)
     return 0

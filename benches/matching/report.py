@@ -31,18 +31,22 @@ def main(paths: list[str]) -> None:
             print(f"{r['engine']:6} {r['index']:26} {r['param']:14} {r['p50_ms']:8.3f} "
                   f"{r['p99_ms']:8.3f} {r['recall_at_1']:8.3f} {r['planted_found']:8.3f} "
                   f"{r.get('person_found', float('nan')):7.3f} "
-                  f"{_num(r.get('build_s')):>8} {_num(r.get('load_s')):>7} {mem:7.0f}")
-
+                  f"{_num(r.get('build_s')):>8} {_num(r.get('load_s')):>7} {mem:7.0f}"
+                  + (f"  {r['strays']} strays" if "strays" in r else ""))
 
         answers = [r for r in group if r["index"] == "gallery"]
         if answers:
             print(f"\nwhat the gallery answers (a first look, then a wider one before 'unknown'), "
                   f"threshold {answers[0]['threshold']}")
             print(f"{'looks':24} {'p50 ms':>8} {'p99 ms':>8} {'named right':>11} "
-                  f"{'named wrong':>11} {'looked again':>12}")
+                  f"{'named wrong':>11} {'looked again':>12} {'right <=0.8t':>12}")
             for r in answers:
+                # Of the queries whose exact nearest is within 0.8x the threshold: the goal.
+                within = r.get("named_right_within_0.8", float("nan"))
+                count = r.get("queries_within_0.8", "?")
                 print(f"{r['param']:24} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
-                      f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f}")
+                      f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f} "
+                      f"{within:7.3f} of {count}")
 
 
 def _num(x) -> str:

@@ -2,7 +2,8 @@
 # The gallery's matching alone (issue 22), ours and faiss side by side on the same vectors, one
 # query at a time on one thread: `make bench` runs it after the server bench; alone:
 #   bash benches/matching/run.sh
-# For each dataset (benches/matching/data.py; generated once into out/matching/):
+# For each dataset (benches/matching/data.py; generated once into out/matching/; kind real
+# takes the sample photos' faces that examples/real_faces writes to out/matching/real-faces):
 #   - ours: examples/match_bench (the gallery's usearch index: exact scan and HNSW at several
 #     search breadths, and what the gallery answers with each as its first look), the index
 #     built once and saved beside the data;
@@ -12,8 +13,10 @@
 # First run with the million-person gallery: about 40 minutes on 2 cores (both HNSW builds);
 # later runs reuse the built indexes (a few minutes).
 # Environment:
-#   BENCH_MATCHING_SETS="clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000
+#   BENCH_MATCHING_SETS="clustered:cosine:100000 uniform:cosine:100000 shifted:cosine:100000
+#                        real:cosine:100000 clustered:euclidean:100000
 #                        clustered:cosine:1000000 clustered:euclidean:1000000"
+#   (real:cosine:1000000 and shifted:cosine:1000000: 25 more minutes each, first run)
 #                                                   kind:metric:n of each dataset
 #   BENCH_MATCHING_EF=32,48,64,128                  our search breadths
 set -euo pipefail
@@ -24,15 +27,21 @@ LOG_TAG=bench-matching
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib.sh"
 cd "$REPO_ROOT"
 
-SETS="${BENCH_MATCHING_SETS:-clustered:cosine:100000 uniform:cosine:100000 clustered:euclidean:100000 clustered:cosine:1000000 clustered:euclidean:1000000}"
+SETS="${BENCH_MATCHING_SETS:-clustered:cosine:100000 uniform:cosine:100000 shifted:cosine:100000 real:cosine:100000 clustered:euclidean:100000 clustered:cosine:1000000 clustered:euclidean:1000000}"
 EF="${BENCH_MATCHING_EF:-32,48,64,128}"
 OUT="$REPO_ROOT/out"
 LOGS="$OUT/bench-matching"
 mkdir -p "$LOGS"
 bash benches/matching/setup.sh
 PY="${FACE_MATCHING_VENV:-$(cd assets && pwd -P)/matching-venv}/bin/python"
-[ -x target/release/examples/match_bench ] ||
-    die "target/release/examples/match_bench is missing: cargo build --release --examples"
+for example in match_bench real_faces; do
+    [ -x "target/release/examples/$example" ] ||
+        die "target/release/examples/$example is missing: cargo build --release --examples"
+done
+if [[ " $SETS" == *" real:"* ]] && [ ! -s "$OUT/matching/real-faces/real.f32" ]; then
+    log "real faces: the sample photos, changed and embedded (examples/real_faces)"
+    run_logged "$LOGS/real-faces.log" target/release/examples/real_faces "$OUT/matching/real-faces"
+fi
 
 rows=()
 for set in $SETS; do
