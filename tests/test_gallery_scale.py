@@ -77,6 +77,10 @@ def test_a_hundred_thousand_people(start_server, photos):
     server.kill()
 
     _start_slow(server)
+    # The build at load tells its progress, with the time left, and its end.
+    told = [x for x in server.log_text().splitlines() if "gallery: indexing" in x]
+    assert any(re.search(r"\d+% \(\d+ of \d+\) in .*, about .* left", x) for x in told), told
+    assert "done in" in told[-1], told
     # The old file (before the fill) or none: the rows it lacks come from the store.
     read = re.search(r"(\d+) vectors read from the store", _loaded_line(server))
     assert read and int(read.group(1)) >= PEOPLE, _loaded_line(server)

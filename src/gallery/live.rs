@@ -14,6 +14,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::entries::{key_of, Applied, Entries, Entry, Verdict};
 use super::index::VectorIndex;
 use super::looks::Breadth;
+use super::progress::Progress;
 use super::store::{Changes, Row, Stored};
 use crate::error::Result;
 #[cfg(test)]
@@ -79,7 +80,12 @@ impl Live {
             .iter()
             .map(|s| (key_of(s.stamp), s.embedding.as_slice()))
             .collect();
-        let added = self.index.insert_all(&items)?;
+        let mut progress = Progress::new(format!("gallery: indexing {} faces", items.len()));
+        let say = |line: &str| crate::triton::log::info(line);
+        let added = self
+            .index
+            .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
+        progress.finish(say);
         let mut e = self.write();
         for row in rows.iter().filter(|r| self.index.contains(key_of(r.stamp))) {
             e.insert_stored(row.stamp, &row.name);

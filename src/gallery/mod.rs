@@ -18,9 +18,11 @@ pub mod index;
 mod live;
 pub mod looks;
 pub mod names;
+mod progress;
 mod saved;
 mod split;
 pub mod store;
+mod strays;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -179,12 +181,17 @@ impl Gallery {
         // The file as saved, nothing added or removed: its graph.
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
         let strays = match (clean, restored.strays) {
-            (true, Some(s)) => live.index.set_strays(&s.keys, s.typical),
+            (true, Some(s)) if s.current() => live.index.set_strays(&s.keys, s.isolated_above)?,
             _ => {
-                let n = live.index.find_strays(&live.read().store_keys());
-                if let Some((keys, typical)) = live.index.counted_strays().filter(|_| clean) {
+                let n = live.index.find_strays(&live.read().store_keys())?;
+                if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean)
+                {
                     // Cheap to keep (the manifest only), seconds to count.
-                    if let Err(e) = saved.record_strays(saved::Strays { keys, typical }) {
+                    let strays = saved::Strays {
+                        keys,
+                        isolated_above,
+                    };
+                    if let Err(e) = saved.record_strays(strays) {
                         crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
                     }
                 }

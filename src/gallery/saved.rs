@@ -53,12 +53,21 @@ pub struct Manifest {
     pub strays: Option<Strays>,
 }
 
-/// A graph's strays and the typical nearest distance they were judged by
-/// (`VectorIndex::find_strays`): counting them takes seconds at a million.
+/// A graph's strays and the link length beyond which a node was judged
+/// isolated (`VectorIndex::find_strays`): counting them takes seconds at a
+/// million. Manifests of an older rule lack the length (0): counted again.
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
 pub struct Strays {
     pub keys: Vec<u64>,
-    pub typical: f32,
+    #[serde(default)]
+    pub isolated_above: f32,
+}
+
+impl Strays {
+    /// Counted by this build's rule.
+    pub fn current(&self) -> bool {
+        self.isolated_above > 0.0
+    }
 }
 
 impl Manifest {
@@ -151,9 +160,10 @@ impl Saved {
         sync(&tmp)?;
         let (bytes, blake3) = hash_file(&tmp)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
-        let strays = index
-            .counted_strays()
-            .map(|(keys, typical)| Strays { keys, typical });
+        let strays = index.counted_strays().map(|(keys, isolated_above)| Strays {
+            keys,
+            isolated_above,
+        });
         let manifest = Manifest {
             format: FORMAT,
             owner: self.owner.clone(),

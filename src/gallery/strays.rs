@@ -1,0 +1,77 @@
+//! The strays of a graph (`index.rs`: nodes no walk is sure to reach) and
+//! a flat copy of their stored vectors, scanned at every graph search in one
+//! SIMD pass of usearch's exact search: a thousand strays (a million people
+//! hold about that many) cost tens of microseconds this way, where fetching
+//! and restoring each from the graph took 3 ms (docs/benchmarks.md,
+//! "Matching").
+
+use usearch::{Index, IndexOptions, VectorType};
+
+use crate::error::{Error, Result};
+
+pub struct Strays {
+    keys: Vec<u64>,
+    flat: Index,
+}
+
+impl Strays {
+    /// None yet; vectors as `options` store them (the graph's own).
+    pub fn new(options: &IndexOptions) -> Result<Self> {
+        let flat = Index::new(options).map_err(|e| failed("create", e))?;
+        Ok(Strays {
+            keys: Vec::new(),
+            flat,
+        })
+    }
+
+    pub fn keys(&self) -> &[u64] {
+        &self.keys
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn clear(&mut self) -> Result<()> {
+        self.keys.clear();
+        self.flat.reset().map_err(|e| failed("clear", e))
+    }
+
+    /// Add `key`, stored as `vector` (the graph's stored form).
+    pub fn add<T: VectorType>(&mut self, key: u64, vector: &[T]) -> Result<()> {
+        if self.flat.contains(key) {
+            return Ok(());
+        }
+        if self.flat.size() + 1 > self.flat.capacity() {
+            let grown = (self.flat.capacity() * 2).max(64);
+            self.flat.reserve(grown).map_err(|e| failed("grow", e))?;
+        }
+        self.flat.add(key, vector).map_err(|e| failed("add", e))?;
+        self.keys.push(key);
+        Ok(())
+    }
+
+    pub fn remove(&mut self, key: u64) -> Result<()> {
+        if self.flat.contains(key) {
+            self.flat.remove(key).map_err(|e| failed("remove", e))?;
+            self.keys.retain(|&k| k != key);
+        }
+        Ok(())
+    }
+
+    /// The `count` strays nearest to `query` (in the stored form), by a scan.
+    pub fn nearest<T: VectorType>(&self, query: &[T], count: usize) -> Result<Vec<u64>> {
+        if self.keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self
+            .flat
+            .exact_search(query, count)
+            .map_err(|e| failed("search", e))?;
+        Ok(found.keys)
+    }
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::unavailable(format!("gallery strays: {what}: {e}"))
+}
