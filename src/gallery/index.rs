@@ -221,7 +221,7 @@ impl VectorIndex {
     fn around(graph: Graph, metric: Metric, dim: usize, opts: &IndexOptions) -> Result<Self> {
         Ok(VectorIndex {
             inner: RwLock::new(graph),
-            strays: RwLock::new(Strays::new(opts)?),
+            strays: RwLock::new(Strays::new(opts, threads())?),
             isolated_above: AtomicU32::new(0),
             strays_fresh: AtomicBool::new(false),
             metric,
@@ -370,7 +370,10 @@ impl VectorIndex {
         if index.size() > self.exact_up_to && self.is_stray(&index, key, links_back(&index, key)) {
             let mut strays = self.strays_mut();
             if strays.len() < MAX_STRAYS {
-                add_stray(&mut strays, &index, key, self.dim)?;
+                // The vector is in: a failure here costs a scan, not it.
+                if let Err(e) = add_stray(&mut strays, &index, key, self.dim) {
+                    crate::triton::log::warn(&format!("{key} not kept as a stray: {e}"));
+                }
             }
         }
         Ok(true)
@@ -570,12 +573,17 @@ impl VectorIndex {
         let chunk = fresh.len().div_ceil(cores).max(1);
         let index = &*index;
         let done = AtomicUsize::new(0);
+        let caller = std::thread::current();
         let added: Result<Vec<usize>> = std::thread::scope(|scope| {
             let workers: Vec<_> = fresh
                 .chunks(chunk)
                 .map(|part| {
-                    let done = &done;
-                    scope.spawn(move || insert_part(index, part, dim, done))
+                    let (done, caller) = (&done, caller.clone());
+                    scope.spawn(move || {
+                        let added = insert_part(index, part, dim, done);
+                        caller.unpark(); // the last one ends the wait at once
+                        added
+                    })
                 })
                 .collect();
             while !workers.iter().all(|w| w.is_finished()) {
@@ -604,7 +612,11 @@ impl VectorIndex {
         if let Some(fine) = index.fine.as_mut() {
             fine.remove(key);
         }
-        self.strays_mut().remove(key)?;
+        // The vector is out: a stray copy left behind is never named (the
+        // re-rank reads the graph), only scanned.
+        if let Err(e) = self.strays_mut().remove(key) {
+            crate::triton::log::warn(&format!("{key} left among the strays: {e}"));
+        }
         self.strays_fresh.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -1000,6 +1012,33 @@ mod tests {
             index.nearest(&near(&person, 300), 1).unwrap()[0].key / 10_000,
             1
         );
+    }
+
+    #[test]
+    fn more_searches_at_once_than_cores_all_scan_the_strays() {
+        let dim = 32;
+        let index = VectorIndex::new(Metric::Cosine, dim)
+            .unwrap()
+            .with_exact_up_to(100);
+        let loner: Vec<f32> = unit(1, dim).iter().map(|c| -c).collect();
+        index.insert(0, &loner).unwrap();
+        let crowd: Vec<(u64, Vec<f32>)> =
+            (1..3000u64).map(|k| (k, near(&unit(1, dim), k))).collect();
+        let items: Vec<(u64, &[f32])> = crowd.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        index.insert_all(&items, &mut |_, _| {}).unwrap();
+        let keys: Vec<u64> = (0..3000).collect();
+        assert!(index.find_strays(&keys).unwrap() > 0);
+        std::thread::scope(|scope| {
+            for t in 0..16u64 {
+                let (index, loner) = (&index, &loner);
+                scope.spawn(move || {
+                    for i in 0..50 {
+                        let hits = index.nearest(&near(&loner, t * 100 + i), 4).unwrap();
+                        assert_eq!(hits[0].key, 0);
+                    }
+                });
+            }
+        });
     }
 
     /// Most of `person`, a little of `photo`: one photo of that person.

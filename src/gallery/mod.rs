@@ -187,10 +187,7 @@ impl Gallery {
                 if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean)
                 {
                     // Cheap to keep (the manifest only), seconds to count.
-                    let strays = saved::Strays {
-                        keys,
-                        isolated_above,
-                    };
+                    let strays = saved::Strays::new(keys, isolated_above);
                     if let Err(e) = saved.record_strays(strays) {
                         crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
                     }

@@ -61,9 +61,22 @@ pub struct Strays {
     pub keys: Vec<u64>,
     #[serde(default)]
     pub isolated_above: f32,
+    /// The earlier rule's field, written as 0 so that a server of an older
+    /// build (a rollback, or a fleet mid-upgrade reading the published
+    /// copy) still reads the manifest instead of rebuilding the graph.
+    #[serde(default)]
+    typical: f32,
 }
 
 impl Strays {
+    pub fn new(keys: Vec<u64>, isolated_above: f32) -> Self {
+        Strays {
+            keys,
+            isolated_above,
+            typical: 0.0,
+        }
+    }
+
     /// Counted by this build's rule.
     pub fn current(&self) -> bool {
         self.isolated_above > 0.0
@@ -160,10 +173,9 @@ impl Saved {
         sync(&tmp)?;
         let (bytes, blake3) = hash_file(&tmp)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
-        let strays = index.counted_strays().map(|(keys, isolated_above)| Strays {
-            keys,
-            isolated_above,
-        });
+        let strays = index
+            .counted_strays()
+            .map(|(keys, isolated_above)| Strays::new(keys, isolated_above));
         let manifest = Manifest {
             format: FORMAT,
             owner: self.owner.clone(),

@@ -12,15 +12,25 @@ use crate::error::{Error, Result};
 pub struct Strays {
     keys: Vec<u64>,
     flat: Index,
+    /// Concurrent searches it takes (as many as the graph's).
+    threads: usize,
 }
 
 impl Strays {
-    /// None yet; vectors as `options` store them (the graph's own).
-    pub fn new(options: &IndexOptions) -> Result<Self> {
-        let flat = Index::new(options).map_err(|e| failed("create", e))?;
+    /// None yet; vectors as `options` store them (the graph's own), for
+    /// up to `threads` searches at once. Only scanned: the graph usearch
+    /// builds beside them is kept small.
+    pub fn new(options: &IndexOptions, threads: usize) -> Result<Self> {
+        let flat = Index::new(&IndexOptions {
+            connectivity: 2,
+            expansion_add: 2,
+            ..options.clone()
+        })
+        .map_err(|e| failed("create", e))?;
         Ok(Strays {
             keys: Vec::new(),
             flat,
+            threads,
         })
     }
 
@@ -44,7 +54,11 @@ impl Strays {
         }
         if self.flat.size() + 1 > self.flat.capacity() {
             let grown = (self.flat.capacity() * 2).max(64);
-            self.flat.reserve(grown).map_err(|e| failed("grow", e))?;
+            // Room for as many searches as the graph takes: a search
+            // beyond usearch's reserved threads fails.
+            self.flat
+                .reserve_capacity_and_threads(grown, self.threads)
+                .map_err(|e| failed("grow", e))?;
         }
         self.flat.add(key, vector).map_err(|e| failed("add", e))?;
         self.keys.push(key);
