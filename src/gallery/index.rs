@@ -1033,7 +1033,7 @@ mod tests {
                 let (index, loner) = (&index, &loner);
                 scope.spawn(move || {
                     for i in 0..50 {
-                        let hits = index.nearest(&near(&loner, t * 100 + i), 4).unwrap();
+                        let hits = index.nearest(&near(loner, t * 100 + i), 4).unwrap();
                         assert_eq!(hits[0].key, 0);
                     }
                 });
