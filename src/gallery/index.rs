@@ -823,15 +823,11 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 /// Put `key` among `strays`, in the form `graph` stores it.
 fn add_stray(strays: &mut Strays, graph: &Graph, key: u64, dim: usize) -> Result<()> {
-    let (mut coarse, mut full) = (vec![0i8; dim], vec![0.0f32; dim]);
-    let got = match graph.fine {
-        Some(_) => graph.index.get(key, &mut coarse),
-        None => graph.index.get(key, &mut full),
-    };
-    match got {
-        Ok(1) if graph.fine.is_some() => strays.add(key, &coarse),
-        Ok(1) => strays.add(key, &full),
-        _ => Ok(()), // not there: nothing to reach
+    let mut stored = Quick::new(dim);
+    match (stored.load(graph, key), &graph.fine) {
+        (false, _) => Ok(()), // not there: nothing to reach
+        (true, Some(_)) => strays.add(key, &stored.coarse),
+        (true, None) => strays.add(key, &stored.full),
     }
 }
 
@@ -936,6 +932,20 @@ mod tests {
         v.into_iter().map(|a| a / n).collect()
     }
 
+    /// A graph (searched through the graph beyond 100 vectors) of `first`,
+    /// inserted alone, then `crowd`, all at once.
+    fn graph_of(dim: usize, first: &[(u64, Vec<f32>)], crowd: &[(u64, Vec<f32>)]) -> VectorIndex {
+        let index = VectorIndex::new(Metric::Cosine, dim)
+            .unwrap()
+            .with_exact_up_to(100);
+        for (k, v) in first {
+            index.insert(*k, v).unwrap();
+        }
+        let items: Vec<(u64, &[f32])> = crowd.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        index.insert_all(&items, &mut |_, _| {}).unwrap();
+        index
+    }
+
     #[test]
     fn a_vector_far_from_all_others_is_still_found() {
         // The loner goes in first: the crowd that follows prunes the links
@@ -943,13 +953,8 @@ mod tests {
         let dim = 64;
         let centre = unit(1, dim);
         let loner: Vec<f32> = centre.iter().map(|c| -c).collect();
-        let index = VectorIndex::new(Metric::Cosine, dim)
-            .unwrap()
-            .with_exact_up_to(100);
-        index.insert(0, &loner).unwrap();
         let crowd: Vec<(u64, Vec<f32>)> = (1..5000u64).map(|k| (k, near(&centre, k))).collect();
-        let items: Vec<(u64, &[f32])> = crowd.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        index.insert_all(&items, &mut |_, _| {}).unwrap();
+        let index = graph_of(dim, &[(0, loner.clone())], &crowd);
         let keys: Vec<u64> = (0..5000).collect();
         let strays = index.find_strays(&keys).unwrap();
         assert!(strays < 50, "{strays} strays in a well-linked crowd");
@@ -982,17 +987,13 @@ mod tests {
         let dim = 64;
         let centre = unit(1, dim);
         let person: Vec<f32> = centre.iter().map(|c| -c).collect();
-        let index = VectorIndex::new(Metric::Cosine, dim)
-            .unwrap()
-            .with_exact_up_to(100);
         let mut vectors: Vec<(u64, Vec<f32>)> =
             (0..6000u64).map(|k| (k, near(&centre, k))).collect();
         for k in 0..4u64 {
             let photo: Vec<f32> = near(&person, 100 + k).iter().map(|x| x * 0.2).collect();
             vectors.push((10_000 + k, near(&photo_mix(&person, &photo), 200 + k)));
         }
-        let items: Vec<(u64, &[f32])> = vectors.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        index.insert_all(&items, &mut |_, _| {}).unwrap();
+        let index = graph_of(dim, &[], &vectors);
         let keys: Vec<u64> = vectors.iter().map(|(k, _)| *k).collect();
         let strays = index.find_strays(&keys).unwrap();
         let (counted, limit) = index.counted_strays().unwrap();
@@ -1017,15 +1018,10 @@ mod tests {
     #[test]
     fn more_searches_at_once_than_cores_all_scan_the_strays() {
         let dim = 32;
-        let index = VectorIndex::new(Metric::Cosine, dim)
-            .unwrap()
-            .with_exact_up_to(100);
         let loner: Vec<f32> = unit(1, dim).iter().map(|c| -c).collect();
-        index.insert(0, &loner).unwrap();
         let crowd: Vec<(u64, Vec<f32>)> =
             (1..3000u64).map(|k| (k, near(&unit(1, dim), k))).collect();
-        let items: Vec<(u64, &[f32])> = crowd.iter().map(|(k, v)| (*k, v.as_slice())).collect();
-        index.insert_all(&items, &mut |_, _| {}).unwrap();
+        let index = graph_of(dim, &[(0, loner.clone())], &crowd);
         let keys: Vec<u64> = (0..3000).collect();
         assert!(index.find_strays(&keys).unwrap() > 0);
         std::thread::scope(|scope| {
