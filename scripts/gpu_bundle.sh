@@ -16,7 +16,7 @@
 # (scripts/portable_lib.sh) and onnxruntime-gpu's CUDA build; the sample ONNX models and dlib
 # weights; the sample photos, the sample video's frames and truth; perf_analyzer; wheels of
 # tritonclient and its dependencies for CPython 3.11 and 3.12 (--pythons); the check's model
-# configs (repos/) and gpu_check.sh with check/check.py.
+# configs (repos/) and gpu_check.sh with check/check.py and check/sweep.py.
 #
 # Runs scripts/setup.sh and scripts/build.sh first (quick when done); downloads, once, into
 # assets/gpu/: onnxruntime-gpu's libraries (scripts/gpu_assets.tsv) and the client wheels
@@ -113,7 +113,8 @@ run_logged "$LOGS/gpu-bundle.log" "$PYTHON" scripts/gpu_check/inputs.py \
 
 log "the check and the client wheels"
 install -D -m 0755 scripts/gpu_check/gpu_check.sh "$B/gpu_check.sh"
-install -D -m 0644 scripts/gpu_check/check.py scripts/gpu_check/requirements.txt -t "$B/check/"
+install -D -m 0644 scripts/gpu_check/check.py scripts/gpu_check/sweep.py \
+    scripts/gpu_check/requirements.txt -t "$B/check/"
 install -D -m 0644 "$GPU_ASSETS"/wheels/*.whl -t "$B/wheels/"
 install -m 0644 scripts/gpu_check/README.txt "$B/README.txt"
 git rev-parse HEAD >"$B/COMMIT" 2>/dev/null || true

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Proves triton-face on this machine's NVIDIA GPU, from this bundle alone (under 5 minutes).
 #
-#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS]
+#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--sweep VARIANTS]
 #
 #   --cpu            every model KIND_CPU: the same check without a GPU
 #   --cuda-libs DIR  a site-packages folder holding NVIDIA's CUDA 13 wheels (nvidia/cu13/lib,
 #                    nvidia/cudnn/lib, ...); default: found from python3, else LD_LIBRARY_PATH
 #   --out DIR        where everything printed goes, with summary.md (default: out/ here)
 #   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
+#   --sweep VARIANTS after the check, the ONNX model's throughput per "NxT" (N instances of
+#                    T batch_threads), e.g. "1x1 4x1 2x4"; out/sweep.md (check/sweep.py)
 #
 # Needs: x86-64 Linux with glibc 2.35+, python3 (3.11 or 3.12), and for the GPU the NVIDIA
 # driver and the CUDA 13 user libraries (cudart, cuBLAS, cuRAND, cuDNN 9) as the
@@ -17,13 +19,14 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
-CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000
+CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP=
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu) CPU=1 && shift ;;
         --cuda-libs) CUDA_LIBS=$2 && shift 2 ;;
         --out) OUT=$2 && shift 2 ;;
         --perf-ms) PERF_MS=$2 && shift 2 ;;
+        --sweep) SWEEP=$2 && shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" && exit 0 ;;
         *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
     esac
@@ -103,4 +106,12 @@ export PYTHONPATH="$CLIENT"
 step "check"
 args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
 [ "$CPU" = 0 ] || args+=(--cpu)
-"$PYTHON" "$HERE/check/check.py" "${args[@]}"
+rc=0
+"$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
+if [ -n "$SWEEP" ]; then
+    step "sweep: instances x batch_threads"
+    kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
+    "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --variants "$SWEEP" \
+        --perf-ms "$PERF_MS" || rc=1
+fi
+exit "$rc"
