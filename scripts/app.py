@@ -14,6 +14,7 @@ import io
 import json
 import os
 import tempfile
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,18 +61,18 @@ def reach(url: str):
 @st.cache_data(ttl=30, show_spinner=False)
 def face_models(url: str) -> list[Model]:
     """The repository's ready models of backend `face`, with engine and threshold."""
-    client = face_api.connect(url)
     found = []
-    for entry in client.get_model_repository_index():
-        if entry.get("state") != "READY":
-            continue
-        config = client.get_model_config(entry["name"])
-        if config.get("backend") != "face":
-            continue
-        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        engine = params.get("engine", "dlib")
-        threshold = float(params.get("match_threshold") or (0.6 if engine == "dlib" else 0.5))
-        found.append(Model(entry["name"], engine, "sequence_batching" in config, threshold))
+    with closing(face_api.connect(url)) as client:
+        for entry in client.get_model_repository_index():
+            if entry.get("state") != "READY":
+                continue
+            config = client.get_model_config(entry["name"])
+            if config.get("backend") != "face":
+                continue
+            params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+            engine = params.get("engine", "dlib")
+            threshold = float(params.get("match_threshold") or (0.6 if engine == "dlib" else 0.5))
+            found.append(Model(entry["name"], engine, "sequence_batching" in config, threshold))
     return sorted(found, key=lambda m: (m.sequence, m.name))
 
 
@@ -270,6 +271,14 @@ def main():
     client = reach(url.strip())
     if client is None:
         return
+    # Each run of the page opens its own connection and closes it: a connection left open
+    # would hold the server's shutdown for its exit timeout.
+    with closing(client):
+        page(client, url)
+
+
+def page(client, url: str):
+    """The sidebar and the three tabs, on the server at `url`."""
     try:
         models = face_models(url.strip())
     except Exception as e:  # noqa: BLE001

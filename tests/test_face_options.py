@@ -240,6 +240,9 @@ def test_the_options_on_a_sequence_model(start_server, photos, engine):
         lambda: infer(client, {"EMBEDDING": _vectors(embedding)}, "face_sequence",
                       sequence_id=502, sequence_start=True),
         "sequence")
+    # The refused START left no state: its END is refused too, and frees Triton's slot (an
+    # open sequence would hold the server's shutdown for its exit timeout).
+    expect_invalid(lambda: sequence_infer(client, 502, end=True), "no live state")
 
 
 @pytest.mark.parametrize("photo", ["obama2.jpg", "biden.jpg"])
