@@ -12,4 +12,7 @@ bash scripts/build.sh
 echo "== unit tests (cargo test --release)"
 cargo test --release
 echo "== end-to-end tests (pytest, real tritonserver)"
-"$PYTHON" -m pytest tests "$@"
+# Two workers, each taking whole modules (a module's servers and fixtures stay on one
+# worker): the suite is half waiting on servers, so two workers on 2 cores take about 60%
+# of the serial time. FACE_TEST_WORKERS=0 runs it serially; -n N after it overrides.
+"$PYTHON" -m pytest tests -n "${FACE_TEST_WORKERS:-2}" --dist loadfile "$@"
