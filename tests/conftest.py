@@ -43,7 +43,6 @@ def pytest_configure(config):
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # first, so that the engine leads the test id: test_x[onnx-...]
 # The longest modules first: with two workers taking whole modules in collection order, a
 # long module collected last would run alone at the end.
 LONGEST_FIRST = ("test_gallery_scale.py", "test_gpu_bundle.py", "test_fleet_join.py")
@@ -56,6 +55,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: the order within a module is kept
 
 
+@pytest.hookimpl(tryfirst=True)  # first, so that the engine leads the test id: test_x[onnx-...]
 def pytest_generate_tests(metafunc):
     """Parametrise every test that uses the `engine` fixture (directly or through a server
     fixture) over the engines, or over those its `engines` marker names."""
