@@ -225,6 +225,18 @@ def median(values: list[float]) -> float:
     return float(np.median(values)) if values else float("nan")
 
 
+def perf_command(server: Server, model: str, concurrency: int, csv_path: Path, perf_ms: int,
+                 warmup: int = 2, trials: int = 3) -> list[str]:
+    """perf_analyzer on a one-face 640x480 IMAGE at `concurrency`, its table to `csv_path`."""
+    return [str(BUNDLE / "perf_analyzer" / "run"), "-m", model, "-i", "grpc",
+            "-u", f"127.0.0.1:{server.grpc}",
+            "--input-data", str(BUNDLE / "perf" / "obama_640x480-IMAGE.json"),
+            "--shape", "IMAGE:480,640,3", "--concurrency-range", f"{concurrency}:{concurrency}",
+            "--warmup-request-count", str(warmup * concurrency),
+            "--measurement-interval", str(perf_ms), "--max-trials", str(trials),
+            "--stability-percentage", "1000", "-f", str(csv_path)]
+
+
 # ---- the checks ----------------------------------------------------------------------------
 
 class Check:
@@ -376,19 +388,12 @@ class Check:
                  still)
 
     def perf(self, server: Server) -> None:
-        data = BUNDLE / "perf" / "obama_640x480-IMAGE.json"
         results = []
         for model in ("face_onnx_gpu", "face_onnx_cpu"):
             for concurrency in CONCURRENCY:
                 name = f"perf-{model}-c{concurrency}"
-                command = [str(BUNDLE / "perf_analyzer" / "run"), "-m", model, "-i", "grpc",
-                           "-u", f"127.0.0.1:{server.grpc}", "--input-data", str(data),
-                           "--shape", "IMAGE:480,640,3",
-                           "--concurrency-range", f"{concurrency}:{concurrency}",
-                           "--warmup-request-count", str(2 * concurrency),
-                           "--measurement-interval", str(self.args.perf_ms),
-                           "--max-trials", "3", "--stability-percentage", "1000",
-                           "-f", str(self.out / f"{name}.csv")]
+                command = perf_command(server, model, concurrency, self.out / f"{name}.csv",
+                                       self.args.perf_ms)
                 log = self.out / f"{name}.log"
                 done = subprocess.run(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
                                       timeout=300)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import shutil
 import subprocess
 import sys
 import time
@@ -20,13 +21,8 @@ COLUMNS = "| instances x threads | concurrency | frames/s | p50 ms | queue ms | 
 
 def perf(server: check.Server, model: str, concurrency: int, out: Path, perf_ms: int) -> str:
     name = out / f"{model}-c{concurrency}"
-    command = [str(check.BUNDLE / "perf_analyzer" / "run"), "-m", model, "-i", "grpc",
-               "-u", f"127.0.0.1:{server.grpc}", "--input-data",
-               str(check.BUNDLE / "perf" / "obama_640x480-IMAGE.json"),
-               "--shape", "IMAGE:480,640,3", "--concurrency-range", f"{concurrency}:{concurrency}",
-               "--warmup-request-count", str(4 * concurrency), "--measurement-interval",
-               str(perf_ms), "--max-trials", "5", "--stability-percentage", "1000",
-               "-f", f"{name}.csv"]
+    command = check.perf_command(server, model, concurrency, Path(f"{name}.csv"), perf_ms,
+                                 warmup=4, trials=5)
     with open(f"{name}.log", "w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=300)
     if done.returncode != 0:
@@ -64,8 +60,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out).resolve()
     work = out / "sweep"  # its server's log, perf_analyzer's files, the models
-    if work.exists():
-        subprocess.run(["rm", "-rf", str(work)], check=True)
+    shutil.rmtree(work, ignore_errors=True)
     models = work / "models"
     onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
     # The server starts with one small CPU model loaded, as the check's.
