@@ -21,6 +21,10 @@
   keywords to TritonServer: `model="face_sequence"`, `config_edits=[(regex, replacement)]`,
   `metrics=True`.
 When a test fails, the tail of each running server's log is attached to its report.
+
+The inner loop (scripts/quick.sh): with FACE_TEST_SERVER set, `server` is the dev server of its
+engine that keeps running between commands (tests/dev_server.py), when one runs; and
+FACE_TEST_ENGINES=onnx (names, comma-separated) runs only those engines' tests.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import re
 
 import pytest
 
+import dev_server
 from engines import ENGINES, Engine
 from environment import REPO_ROOT, MissingAsset, Photos, SampleVideo, SuiteEnv, resolve_env
 from postgres_server import SUITE_DB, PostgresServer
@@ -48,11 +53,34 @@ def pytest_configure(config):
 LONGEST_FIRST = ("test_gallery_scale.py", "test_gpu_bundle.py", "test_fleet_join.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         name = item.path.name
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
     items.sort(key=rank)  # stable: the order within a module is kept
+    wanted = _engines_wanted()
+    if wanted is not None:
+        def other(item) -> bool:
+            params = getattr(item, "callspec", None)
+            return params is not None and params.params.get("engine", wanted[0]) not in wanted
+        dropped = [item for item in items if other(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not other(item)]
+
+
+def _engines_wanted() -> list[str] | None:
+    """FACE_TEST_ENGINES (the inner loop's): the engines whose tests run; None: all."""
+    value = os.environ.get("FACE_TEST_ENGINES", "").strip()
+    if not value:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ENGINES]
+    if unknown:
+        raise pytest.UsageError(
+            f"FACE_TEST_ENGINES={value}: unknown {', '.join(unknown)}; known: {', '.join(ENGINES)}"
+        )
+    return names
 
 
 @pytest.hookimpl(tryfirst=True)  # first, so that the engine leads the test id: test_x[onnx-...]
@@ -180,8 +208,12 @@ def postgres(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(start_module_server) -> TritonServer:
-    """Default config, gallery {obama.jpg, biden.jpg}. Do not enroll through it."""
+def server(suite_env, engine, start_module_server) -> TritonServer:
+    """Default config, gallery {obama.jpg, biden.jpg}. Do not enroll through it. With
+    FACE_TEST_SERVER, the dev server of this engine when one runs (scripts/quick.sh)."""
+    running = dev_server.attach(suite_env, engine.name)
+    if running is not None:
+        return running
     return start_module_server()
 
 

@@ -164,6 +164,7 @@ class TritonServer:
         engine: str = "dlib",
         env: Mapping[str, str | None] | None = None,
         more_models: Sequence[str] = (),
+        detached: bool = False,
     ):
         """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
         images; None means the default {obama, biden}, {} an empty gallery. `config_edits` are
@@ -172,7 +173,9 @@ class TritonServer:
         `model` (engine, params, its own copy of the gallery) but without the config_edits;
         the backend library then sits once in backends/face/ for all of them, as in the image
         (Dockerfile.build). `env` is added to the test's environment for the server process (a
-        None value removes that variable)."""
+        None value removes that variable). `detached` starts it in a session of its own, out of
+        reach of the terminal's Ctrl-C (tests/dev_server.py: a server that outlives its
+        command)."""
         self.env = suite
         self.root = Path(root)
         self.model = model
@@ -183,6 +186,7 @@ class TritonServer:
         self.extra_args = tuple(extra_args)
         self.metrics = metrics
         self.process_env = dict(env or {})
+        self.detached = detached
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
@@ -313,7 +317,7 @@ class TritonServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.root, env=environment,
+                cwd=self.root, env=environment, start_new_session=self.detached,
             )
         _LIVE.add(self)
 
