@@ -17,4 +17,5 @@ echo "== streamlit: open http://localhost:${APP_PORT:-8501} (Ctrl-C stops the ap
 mb="${FACE_APP_MAX_UPLOAD_MB%.*}"
 [ "${mb:-0}" -ge 1 ] || mb=1
 exec "$PYTHON" -m streamlit run scripts/app.py --server.port "${APP_PORT:-8501}" \
+    --server.address "${APP_ADDRESS:-127.0.0.1}" \
     --server.maxUploadSize "$mb"

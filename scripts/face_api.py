@@ -5,11 +5,15 @@ always ends.
     import face_api
     client = face_api.connect("localhost:8000")
     doc = face_api.infer(client, "face", photo=open("obama.jpg", "rb").read())
+
+A model with `gallery_key_file` needs a key for ENROLL, FORGET and LIST: `infer` sends the
+environment variable FACE_GALLERY_KEY with those (as the request parameter `gallery_key`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 
@@ -17,6 +21,9 @@ import numpy as np
 import tritonclient.http as httpclient
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
+
+# The key a model with gallery_key_file asks for ENROLL, FORGET and LIST.
+GALLERY_KEY_VAR = "FACE_GALLERY_KEY"
 
 # Colours of a named face, an unknown face and the text on them.
 KNOWN, UNKNOWN, TEXT = (40, 200, 60), (230, 60, 40), (255, 255, 255)
@@ -64,6 +71,9 @@ def infer(client, model: str, parameters: dict | None = None, **request) -> dict
     """One request (see `inputs_of` for the keywords; sequence_id / sequence_start /
     sequence_end pass through) -> its RESULT document."""
     sequence = {k: request.pop(k) for k in ("sequence_id", "sequence_start", "sequence_end") if k in request}
+    key = os.environ.get(GALLERY_KEY_VAR)
+    if key and any(request.get(k) for k in ("enroll", "forget", "list_people")):
+        parameters = {**(parameters or {}), "gallery_key": key}
     result = client.infer(
         model,
         inputs_of(**request),

@@ -151,6 +151,8 @@ TRITONSERVER_Error* TRITONSERVER_MetricNew(
 TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric);
 TRITONSERVER_Error* TRITONSERVER_MetricSet(
     TRITONSERVER_Metric* metric, double value);
+TRITONSERVER_Error* TRITONSERVER_MetricIncrement(
+    TRITONSERVER_Metric* metric, double value);
 
 /* ---- TRITONBACKEND: calls into the server ------------------------------ */
 TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor);

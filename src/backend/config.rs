@@ -226,6 +226,7 @@ impl Settings {
             weights_dir: PathBuf::new(),
             gallery_dir: PathBuf::new(),
             gallery_store: StoreKind::Sqlite,
+            gallery_key_file: None,
             postgres: PgSettings::default(),
             pixel_format: PixelFormat::Rgb,
             match_threshold: None,

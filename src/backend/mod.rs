@@ -1,11 +1,13 @@
 //! The backend's lifecycle, where Triton and the face pipeline meet:
 //! `model` (config, gallery), `instance` (engine), and one Execute:
 //! `execute` (responses first, answers, statistics) → `job` (what a request
-//! asks for: `tensors`, `controls`) → `batch` (engine over the whole batch,
+//! asks for: `tensors`, `controls`) → `access` (who may change the gallery)
+//! → `batch` (engine over the whole batch,
 //! `spread` over the batch threads)
 //! → `enroll` (one gallery write) → `manage` (FORGET, LIST) → `answer`
 //! (names, sequence, JSON).
 
+pub mod access;
 pub mod answer;
 pub mod batch;
 pub mod config;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use crate::backend::access::Access;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
@@ -20,6 +21,8 @@ pub struct ModelState {
     pub name: String,
     pub settings: Settings,
     pub gallery: Gallery,
+    /// Who may change or list the gallery (`gallery_key_file`).
+    pub access: Access,
     /// Sequence models: live per-correlation-ID state, shared by the instances.
     pub sequences: Option<Mutex<Sequences>>,
     /// `face_live_sequences{model=...}` on the metrics endpoint, when available.
@@ -44,6 +47,7 @@ impl ModelState {
         ));
         // Loading an engine here also proves the weights are usable before any
         // instance starts; it then embeds the gallery images and is dropped.
+        let access = Access::load(&name, settings.gallery_key_file.as_deref())?;
         let mut engine = new_engine(&settings)?;
         let gallery = open_gallery(&name, &settings, engine.as_mut())?;
         let sequences = settings.sequence.as_ref().map(|q| {
@@ -69,6 +73,7 @@ impl ModelState {
             name,
             settings,
             gallery,
+            access,
             sequences,
             live_gauge,
         })

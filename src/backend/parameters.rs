@@ -256,6 +256,18 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| path(d.model_dir, v).map(|p| d.settings.gallery_dir = p),
     },
     Parameter {
+        name: "gallery_key_file",
+        kind: Kind::Path,
+        default: Default::Unset(
+            "none: any client may `ENROLL`, `FORGET` and `LIST` (the load logs a warning)",
+        ),
+        meaning: "file of keys, one per line (`label:key`, or a bare key labelled `default`), \
+                  relative to the model folder: `ENROLL`, `FORGET` and `LIST` then need the \
+                  request parameter `gallery_key` equal to one of them",
+        section: Section::General,
+        apply: |d, v| path(d.model_dir, v).map(|p| d.settings.gallery_key_file = Some(p)),
+    },
+    Parameter {
         name: "gallery_store",
         kind: Kind::Choice(&["sqlite", "postgres"]),
         default: Default::Value("sqlite"),

@@ -21,6 +21,8 @@ pub struct Settings {
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
     pub gallery_store: StoreKind,
+    /// Keys that `ENROLL`, `FORGET` and `LIST` need (read at load: access.rs).
+    pub gallery_key_file: Option<PathBuf>,
     /// Where a `postgres` gallery is.
     pub postgres: PgSettings,
     pub pixel_format: PixelFormat,

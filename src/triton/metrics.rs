@@ -1,4 +1,5 @@
-//! Custom gauges on Triton's metrics endpoint (`/metrics`), labelled by model.
+//! Custom gauges and counters on Triton's metrics endpoint (`/metrics`),
+//! labelled by model.
 
 use std::ffi::CString;
 use std::ptr;
@@ -14,19 +15,26 @@ unsafe impl Send for Family {}
 // SAFETY: as above.
 unsafe impl Sync for Family {}
 
-/// One gauge of a process-wide family. Families are created once per process
-/// and kept: Triton refuses a second family of the same name.
-pub struct Gauge(*mut sys::TRITONSERVER_Metric);
-// SAFETY: as above; `set` is a thread-safe server call.
-unsafe impl Send for Gauge {}
+/// One metric of a process-wide family. Families are created once per
+/// process and kept: Triton refuses a second family of the same name.
+struct Metric(*mut sys::TRITONSERVER_Metric);
+// SAFETY: as above; `set` and `increment` are thread-safe server calls.
+unsafe impl Send for Metric {}
 // SAFETY: as above.
-unsafe impl Sync for Gauge {}
+unsafe impl Sync for Metric {}
+
+/// A value that goes up and down (`set`).
+pub struct Gauge(Metric);
+
+/// A count that only goes up (`increment`).
+pub struct Counter(Metric);
 
 /// Families made so far in this process, by name (creation errors too, so a
 /// refused family is not retried on every model load).
 type Families = std::sync::Mutex<Vec<(&'static str, Result<Family>)>>;
 
 fn family(
+    kind: sys::TRITONSERVER_MetricKind,
     name: &'static str,
     description: &'static str,
 ) -> Result<*mut sys::TRITONSERVER_MetricFamily> {
@@ -44,7 +52,7 @@ fn family(
         let mut family = ptr::null_mut();
         call!(api.TRITONSERVER_MetricFamilyNew(
             &mut family,
-            sys::TRITONSERVER_METRIC_KIND_GAUGE,
+            kind,
             c_name.as_ptr(),
             c_desc.as_ptr()
         ))?;
@@ -68,7 +76,39 @@ fn cstr(s: &str) -> Result<CString> {
 impl Gauge {
     /// The gauge `name{model="<model>"}`.
     pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Gauge> {
-        let family = family(name, description)?;
+        let kind = sys::TRITONSERVER_METRIC_KIND_GAUGE;
+        Metric::new(kind, name, description, model).map(Gauge)
+    }
+
+    pub fn set(&self, value: f64) {
+        if let Ok(api) = metrics() {
+            let _ = call!(api.TRITONSERVER_MetricSet(self.0 .0, value));
+        }
+    }
+}
+
+impl Counter {
+    /// The counter `name{model="<model>"}`.
+    pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Counter> {
+        let kind = sys::TRITONSERVER_METRIC_KIND_COUNTER;
+        Metric::new(kind, name, description, model).map(Counter)
+    }
+
+    pub fn increment(&self) {
+        if let Ok(api) = metrics() {
+            let _ = call!(api.TRITONSERVER_MetricIncrement(self.0 .0, 1.0));
+        }
+    }
+}
+
+impl Metric {
+    fn new(
+        kind: sys::TRITONSERVER_MetricKind,
+        name: &'static str,
+        description: &'static str,
+        model: &str,
+    ) -> Result<Metric> {
+        let family = family(kind, name, description)?;
         let api = metrics()?;
         let (key, value) = (cstr("model")?, cstr(model)?);
         // SAFETY: valid C strings; the server copies them into the parameter.
@@ -88,17 +128,11 @@ impl Gauge {
             call!(api.TRITONSERVER_MetricNew(&mut metric, family, labels.as_ptr() as *mut _, 1));
         // SAFETY: the label is ours and no longer needed once the metric exists.
         unsafe { api.TRITONSERVER_ParameterDelete(label) };
-        made.map(|()| Gauge(metric))
-    }
-
-    pub fn set(&self, value: f64) {
-        if let Ok(api) = metrics() {
-            let _ = call!(api.TRITONSERVER_MetricSet(self.0, value));
-        }
+        made.map(|()| Metric(metric))
     }
 }
 
-impl Drop for Gauge {
+impl Drop for Metric {
     fn drop(&mut self) {
         if let Ok(api) = metrics() {
             let _ = call!(api.TRITONSERVER_MetricDelete(self.0));
