@@ -55,7 +55,7 @@ fn gallery(dir: &Path, size: usize) -> Gallery {
                 embedding: embedding(i as u64),
             })
             .collect();
-        for r in g.enroll_batch(vec![batch]) {
+        for r in g.enroll_batch(vec![(batch, None)]) {
             r.expect("fill the gallery");
         }
     }
@@ -70,7 +70,7 @@ fn enroll_once(g: &Gallery, seed: u64) -> Duration {
     let done = g.enroll("probe", face).expect("enroll");
     let spent = start.elapsed();
     assert!(done.added);
-    g.forget(&["probe".to_string()]).expect("forget");
+    g.forget(&["probe".to_string()], None).expect("forget");
     spent
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Serialize, Serializer};
 
-use crate::gallery::{Candidate, Enrolled, Forgotten, Known, Match};
+use crate::gallery::{Candidate, Enrolled, Forgotten, Known, Match, Record};
 use crate::pipeline::{BoxPx, Face, Frame};
 use crate::sequence::{CorrelationId, Recap};
 
@@ -89,6 +89,9 @@ pub struct ImageDoc {
     pub people: Option<Vec<Known>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gallery_size: Option<usize>,
+    /// LIST with `changes: true`: the record of changes, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<ChangeDoc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sequence: Option<SequenceDoc>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,6 +199,31 @@ pub struct EnrolledDoc {
     pub gallery_size: usize,
 }
 
+/// One recorded change: its number, when (ms since the epoch), what, whose
+/// name, how many embeddings, and the label of the key that made it.
+#[derive(Serialize, Debug)]
+pub struct ChangeDoc {
+    pub change: i64,
+    pub at_ms: i64,
+    pub operation: &'static str,
+    pub name: String,
+    pub count: usize,
+    pub key: Option<String>,
+}
+
+impl From<Record> for ChangeDoc {
+    fn from(r: Record) -> Self {
+        ChangeDoc {
+            change: r.number,
+            at_ms: r.at_ms,
+            operation: r.change.operation.as_str(),
+            name: r.change.name,
+            count: r.change.count,
+            key: r.change.by,
+        }
+    }
+}
+
 #[derive(Serialize, Debug)]
 pub struct ForgottenDoc {
     pub name: String,
@@ -266,11 +294,12 @@ impl ImageDoc {
         self
     }
 
-    /// LIST's answer.
-    pub fn listing(people: Vec<Known>, gallery_size: usize) -> Self {
+    /// LIST's answer, with the record of changes when asked.
+    pub fn listing(people: Vec<Known>, gallery_size: usize, changes: Option<Vec<Record>>) -> Self {
         ImageDoc {
             people: Some(people),
             gallery_size: Some(gallery_size),
+            changes: changes.map(|c| c.into_iter().map(ChangeDoc::from).collect()),
             ..Default::default()
         }
     }
@@ -437,7 +466,7 @@ mod tests {
             source: crate::gallery::Source::Folder,
         }];
         let v: serde_json::Value =
-            serde_json::from_slice(&ImageDoc::listing(people, 2).to_json()).unwrap();
+            serde_json::from_slice(&ImageDoc::listing(people, 2, None).to_json()).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"people": [{"name": "bob", "embeddings": 2, "source": "folder"}],

@@ -17,6 +17,7 @@ from face_client import (
     encoded_tensors, expect_invalid, forget, infer, infer_encoded, list_people, names, people,
 )
 from environment import REPO_ROOT
+from postgres_server import SUITE_DB
 from triton_server import TritonServer
 
 pytestmark = pytest.mark.engines("onnx")
@@ -163,3 +164,44 @@ def test_our_clients_send_the_key_from_the_environment(keyed, photos, tmp_path):
     assert with_key.returncode == 0, with_key.stdout + with_key.stderr
     assert "joe" in _who(keyed.http())
     forget(keyed.http(), "joe", **_key(OPS_KEY))
+
+
+def _changes(client, key: str, **parameters) -> list[dict]:
+    doc = list_people(client, parameters={"gallery_key": key, "changes": True, **parameters})
+    return doc["changes"]
+
+
+def _record_checks(server, photos) -> None:
+    """ENROLL with one key, FORGET with another, then LIST's record: both, newest first, each
+    with its key's label and never a key; its limit and bad values refused alone."""
+    client, grpc = server.http(), server.grpc()
+    [ack] = _enroll(client, photos, "obama3.jpg", "rec", **_key(OPS_KEY))
+    assert ack["enrolled"]["added"] is True, ack
+    forget(grpc, "rec", **_key(BARE_KEY))
+    newest = _changes(client, OPS_KEY, changes_limit=2)
+    got = [(c["operation"], c["name"], c["count"], c["key"]) for c in newest]
+    assert got == [("forget", "rec", 1, "default"), ("enroll", "rec", 1, "ops")], newest
+    assert newest[0]["change"] > newest[1]["change"] and newest[0]["at_ms"] >= newest[1]["at_ms"]
+    assert len(_changes(grpc, BARE_KEY)) >= 2  # the default limit: up to 100
+    for c in (client, grpc):
+        for bad in (0, 10_001, "5", 2.5):
+            expect_invalid(lambda: _changes(c, OPS_KEY, changes_limit=bad), "changes_limit")  # noqa: B023
+        expect_invalid(lambda: list_people(c, parameters={"gallery_key": OPS_KEY, "changes_limit": 3}),  # noqa: B023
+                       "changes_limit")
+        expect_invalid(lambda: list_people(c, parameters={"changes": True}), REFUSED)  # noqa: B023
+    plain = list_people(client, **_key(OPS_KEY))
+    assert "changes" not in plain, "only when asked"
+
+
+def test_the_record_of_changes(keyed, photos):
+    _record_checks(keyed, photos)
+
+
+def test_the_record_of_changes_in_postgresql(postgres, start_server, photos, tmp_path):
+    keys = _key_file(tmp_path, f"ops:{OPS_KEY}\n{BARE_KEY}\n")
+    server = start_server(
+        params={"gallery_store": "postgres", "gallery_name": "keys",
+                "gallery_key_file": str(keys)},
+        env={"FACE_GALLERY_DSN": postgres.dsn(SUITE_DB, "keys")},
+    )
+    _record_checks(server, photos)

@@ -143,7 +143,10 @@ impl Access {
             _ => None,
         };
         match presented.as_deref().and_then(|k| keys.label_of(k)) {
-            Some(_) => Ok(job),
+            Some(label) => Ok(Job {
+                by: Some(label.to_string()),
+                ..job
+            }),
             None => {
                 if let Some(counter) = &self.refusals {
                     counter.increment();

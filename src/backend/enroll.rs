@@ -37,8 +37,9 @@ pub fn enroll_batch(
     out
 }
 
-/// The (name, embedding) pairs one request enrolls, or why it cannot.
-fn enrollment(analyzed: &Analyzed) -> Result<Option<Vec<Named>>> {
+/// The (name, embedding) pairs one request enrolls with its key label, or
+/// why it cannot.
+fn enrollment(analyzed: &Analyzed) -> Result<Option<(Vec<Named>, Option<String>)>> {
     let Some(names) = &analyzed.job.enroll else {
         return Ok(None);
     };
@@ -57,5 +58,5 @@ fn enrollment(analyzed: &Analyzed) -> Result<Option<Vec<Named>>> {
             embedding: faces[0].embedding.clone(),
         });
     }
-    Ok(Some(pairs))
+    Ok(Some((pairs, analyzed.job.by.clone())))
 }

@@ -30,6 +30,11 @@ pub const MIN_FACE_SIZE: &str = "min_face_size";
 pub const MAX_FACES: &str = "max_faces";
 pub const RETURN_CROPS: &str = "return_crops";
 pub const TIMINGS: &str = "timings";
+pub const CHANGES: &str = "changes";
+pub const CHANGES_LIMIT: &str = "changes_limit";
+/// LIST's record of changes: this many unless the request asks otherwise.
+const CHANGES_DEFAULT: usize = 100;
+const CHANGES_MAX: usize = 10_000;
 /// `min_face_size` above this is surely a mistake (no image is this large).
 const MAX_MIN_FACE_SIZE: f64 = 65_536.0;
 
@@ -37,7 +42,8 @@ const MAX_MIN_FACE_SIZE: f64 = 65_536.0;
 pub enum Manage {
     /// Forget these names (one document each).
     Forget(Vec<String>),
-    List,
+    /// Everyone known; with `changes`, the newest that many recorded changes.
+    List { changes: Option<usize> },
 }
 
 /// A request after the engine: its job and what the engine found in each
@@ -78,6 +84,9 @@ pub struct Job {
     pub return_embeddings: Option<bool>,
     /// Sequence models: this request's place in its sequence.
     pub step: Option<Step>,
+    /// The label of the gallery key the request brought (access.rs), for
+    /// the record of changes; `None` on a model without keys.
+    pub by: Option<String>,
 }
 
 impl Job {
@@ -132,6 +141,7 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
         top_k: None,
         return_embeddings: None,
         step,
+        by: None,
     };
     if job.is_idle() {
         return Ok(job);
@@ -360,7 +370,12 @@ fn read_manage(request: &Request) -> Result<Option<Manage>> {
             }
             Ok(Some(Manage::Forget(names)))
         }
-        (None, Some(input)) => Ok(read_flag(&input)?.then_some(Manage::List)),
+        (None, Some(input)) => match read_flag(&input)? {
+            true => Ok(Some(Manage::List {
+                changes: read_changes(request)?,
+            })),
+            false => Ok(None),
+        },
         (None, None) => Ok(None),
     }
 }
@@ -401,6 +416,20 @@ fn read_bool(request: &Request, name: &str) -> Result<Option<bool>> {
         Some(value) => Err(Error::invalid(format!(
             "request parameter {name} = {value} is invalid: expected true or false"
         ))),
+    }
+}
+
+/// LIST's `changes` (bool) and `changes_limit`: how many recorded changes
+/// to answer with, if any.
+fn read_changes(request: &Request) -> Result<Option<usize>> {
+    let why = "the newest recorded changes LIST answers with";
+    let limit = read_count(request, CHANGES_LIMIT, CHANGES_MAX, why)?;
+    match read_bool(request, CHANGES)? {
+        Some(true) => Ok(Some(limit.unwrap_or(CHANGES_DEFAULT))),
+        _ if limit.is_some() => Err(Error::invalid(format!(
+            "request parameter {CHANGES_LIMIT} goes with {CHANGES}: true"
+        ))),
+        _ => Ok(None),
     }
 }
 

@@ -16,8 +16,8 @@ pub fn manage_batch(
     batch
         .iter_mut()
         .map(|item| {
-            let manage = item.as_ref().ok()?.job.manage.as_ref()?;
-            match run(gallery, manage) {
+            let job = &item.as_ref().ok()?.job;
+            match run(gallery, job.manage.as_ref()?, job.by.as_deref()) {
                 Ok(docs) => Some(docs),
                 Err(e) => {
                     *item = Err(e);
@@ -28,14 +28,18 @@ pub fn manage_batch(
         .collect()
 }
 
-fn run(gallery: &Gallery, manage: &Manage) -> Result<Vec<ImageDoc>> {
+fn run(gallery: &Gallery, manage: &Manage, by: Option<&str>) -> Result<Vec<ImageDoc>> {
     Ok(match manage {
-        Manage::List => {
+        Manage::List { changes } => {
             let (people, size) = gallery.people();
-            vec![ImageDoc::listing(people, size)]
+            let changes = match changes {
+                Some(limit) => Some(gallery.changes(*limit)?),
+                None => None,
+            };
+            vec![ImageDoc::listing(people, size, changes)]
         }
         Manage::Forget(names) => gallery
-            .forget(names)?
+            .forget(names, by)?
             .iter()
             .map(ImageDoc::forgotten)
             .collect(),

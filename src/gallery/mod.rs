@@ -41,7 +41,7 @@ pub use live::Candidate;
 use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use saved::Saved;
-pub use store::Named;
+pub use store::{Change, Named, Operation, Record};
 use store::{Migrated, Row, Store, Stored};
 
 /// A re-enrollment this close to an existing embedding of the same name is
@@ -361,7 +361,7 @@ impl Gallery {
             name: name.to_string(),
             embedding,
         };
-        let mut out = self.enroll_batch(vec![vec![named]]);
+        let mut out = self.enroll_batch(vec![(vec![named], None)]);
         out.pop()
             .expect("one result per request")
             .map(|mut e| e.remove(0))
@@ -371,10 +371,15 @@ impl Gallery {
     /// request's names go in together or not at all (a request that is
     /// invalid or does not fit fails alone), and nothing is acknowledged
     /// before the commit. If it fails, every request that was to be written
-    /// fails with it and the gallery is unchanged.
-    pub fn enroll_batch(&self, requests: Vec<Faces>) -> Vec<Result<Vec<Enrolled>>> {
+    /// fails with it and the gallery is unchanged. Each request comes with
+    /// the label of the gallery key that sent it, for the record of changes.
+    pub fn enroll_batch(
+        &self,
+        requests: Vec<(Faces, Option<String>)>,
+    ) -> Vec<Result<Vec<Enrolled>>> {
         let mut store = self.writer();
         let mut pending = Vec::new();
+        let (requests, labels): (Vec<Faces>, Vec<Option<String>>) = requests.into_iter().unzip();
         let mut results: Vec<Result<Vec<Enrolled>>> = {
             let e = self.read();
             requests
@@ -385,7 +390,8 @@ impl Gallery {
         if pending.is_empty() {
             return results;
         }
-        let stamps = match store.add(&pending) {
+        let changes = enroll_changes(&results, &labels);
+        let stamps = match store.add(&pending, &changes) {
             Ok(stamps) => stamps,
             Err(err) => {
                 for r in results
@@ -484,7 +490,7 @@ impl Gallery {
     /// transaction: all or nothing. A name known only from gallery images
     /// cannot be forgotten here (the images would bring it back at the next
     /// load): that fails the request, naming the files.
-    pub fn forget(&self, names: &[String]) -> Result<Vec<Forgotten>> {
+    pub fn forget(&self, names: &[String], by: Option<&str>) -> Result<Vec<Forgotten>> {
         for name in names {
             validate_name("FORGET", name)?;
         }
@@ -496,7 +502,7 @@ impl Gallery {
                 .map(|name| self.files_to_keep(&e, name))
                 .collect::<Result<Vec<_>>>()?
         };
-        let forgot = store.forget(names)?;
+        let forgot = store.forget(names, by)?;
         self.live.forget_own(names, forgot.change)?;
         let size = self.len();
         let forgotten = names.iter().zip(forgot.removed).zip(files);
@@ -508,6 +514,11 @@ impl Gallery {
                 folder_files,
             })
             .collect())
+    }
+
+    /// The newest `limit` recorded changes, newest first.
+    pub fn changes(&self, limit: usize) -> Result<Vec<Record>> {
+        self.writer().changes(limit)
     }
 
     /// The gallery images of `name` that FORGET leaves in place; an error if
@@ -680,6 +691,28 @@ fn load_saved(
         .collect();
     how.not_used = (!why.is_empty()).then(|| why.join("; "));
     None
+}
+
+/// The record of an enroll batch: per request that adds anything, per name,
+/// how many embeddings it adds, with that request's key label.
+fn enroll_changes(results: &[Result<Vec<Enrolled>>], labels: &[Option<String>]) -> Vec<Change> {
+    let mut changes: Vec<Change> = Vec::new();
+    for (enrolled, by) in results.iter().zip(labels) {
+        let Ok(enrolled) = enrolled else { continue };
+        let first = changes.len();
+        for e in enrolled.iter().filter(|e| e.added) {
+            match changes[first..].iter_mut().find(|c| c.name == e.name) {
+                Some(c) => c.count += 1,
+                None => changes.push(Change {
+                    operation: Operation::Enroll,
+                    name: e.name.clone(),
+                    count: 1,
+                    by: by.clone(),
+                }),
+            }
+        }
+    }
+    changes
 }
 
 #[cfg(test)]

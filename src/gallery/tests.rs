@@ -27,9 +27,9 @@ fn a_batch_is_one_write_and_a_bad_request_fails_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let g = gallery(tmp.path(), 3);
     let out = g.enroll_batch(vec![
-        vec![one("a", 0.0), one("b", 1.0)],
-        vec![one("c", 2.0), one("unknown", 3.0)],
-        vec![one("d", 4.0), one("e", 5.0)],
+        (vec![one("a", 0.0), one("b", 1.0)], None),
+        (vec![one("c", 2.0), one("unknown", 3.0)], None),
+        (vec![one("d", 4.0), one("e", 5.0)], None),
     ]);
     assert_eq!(out[0].as_ref().unwrap().len(), 2);
     assert!(out[1].is_err(), "a reserved name fails its whole request");
@@ -99,7 +99,10 @@ fn a_failed_write_leaves_the_gallery_unchanged() {
     // Another connection holds the write lock past the busy timeout.
     let other = rusqlite::Connection::open(tmp.path().join(store::sqlite::DB_FILE)).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let out = g.enroll_batch(vec![vec![one("b", 3.0)], vec![one("c", 6.0)]]);
+    let out = g.enroll_batch(vec![
+        (vec![one("b", 3.0)], None),
+        (vec![one("c", 6.0)], None),
+    ]);
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     assert_eq!(out[0].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
     assert_eq!(g.len(), 1);
@@ -112,8 +115,11 @@ fn a_failed_write_leaves_the_gallery_unchanged() {
 fn forget_removes_enrolled_faces_durably() {
     let tmp = tempfile::tempdir().unwrap();
     let g = gallery(tmp.path(), 10);
-    g.enroll_batch(vec![vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)]]);
-    let f = g.forget(&names(&["a", "nobody"])).unwrap();
+    g.enroll_batch(vec![(
+        vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)],
+        None,
+    )]);
+    let f = g.forget(&names(&["a", "nobody"]), None).unwrap();
     assert_eq!((f[0].removed, f[0].gallery_size), (2, 1));
     assert_eq!(f[1].removed, 0, "an unknown name removes nothing");
     assert_eq!(g.best_match(&[0.0, 0.0], 0.6, 1).unwrap().name, None);
@@ -121,12 +127,12 @@ fn forget_removes_enrolled_faces_durably() {
         g.enroll("a", vec![0.0, 0.0]).unwrap().added,
         "still seen as a duplicate"
     );
-    g.forget(&names(&["a"])).unwrap();
+    g.forget(&names(&["a"]), None).unwrap();
     let again = gallery(tmp.path(), 10);
     assert_eq!(again.len(), 1);
     // The name can be enrolled again afterwards.
     assert!(again.enroll("a", vec![0.0, 0.0]).unwrap().added);
-    let e = again.forget(&names(&["a", "unknown"])).unwrap_err();
+    let e = again.forget(&names(&["a", "unknown"]), None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert_eq!(again.len(), 2, "a request with a bad name forgets nothing");
 }
@@ -140,13 +146,13 @@ fn forget_refuses_a_name_known_only_from_the_folder() {
     g.add_from_image("bob", vec![1.0, 0.0], &tmp.path().join("bob/2.jpg"))
         .unwrap();
     g.enroll("al", vec![9.0, 9.0]).unwrap();
-    let e = g.forget(&names(&["al", "bob"])).unwrap_err();
+    let e = g.forget(&names(&["al", "bob"]), None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     assert!(e.message().contains("bob/1.jpg, bob/2.jpg"), "{e}");
     assert_eq!(g.len(), 3, "nothing of the request was forgotten");
     // Enrolled too: the enrolled faces go, the files are named as still there.
     g.enroll("bob", vec![5.0, 5.0]).unwrap();
-    let f = g.forget(&names(&["bob"])).unwrap().remove(0);
+    let f = g.forget(&names(&["bob"]), None).unwrap().remove(0);
     assert_eq!((f.removed, f.gallery_size), (1, 3));
     assert_eq!(f.folder_files, vec!["bob/1.jpg", "bob/2.jpg"]);
 }
@@ -157,7 +163,10 @@ fn people_lists_each_name_and_source() {
     let g = gallery(tmp.path(), 10);
     g.add_from_image("bob", vec![0.0, 0.0], &tmp.path().join("bob.jpg"))
         .unwrap();
-    g.enroll_batch(vec![vec![one("bob", 1.0), one("al", 2.0), one("al", 3.0)]]);
+    g.enroll_batch(vec![(
+        vec![one("bob", 1.0), one("al", 2.0), one("al", 3.0)],
+        None,
+    )]);
     let (people, size) = g.people();
     let rows: Vec<_> = people
         .iter()
@@ -183,7 +192,10 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     };
     let (g, opened) = open();
     assert_eq!(opened.index, Restored::default(), "nothing saved yet");
-    g.enroll_batch(vec![vec![one("a", 0.0), one("b", 1.0), one("c", 2.0)]]);
+    g.enroll_batch(vec![(
+        vec![one("a", 0.0), one("b", 1.0), one("c", 2.0)],
+        None,
+    )]);
     g.add_from_image("f", vec![9.0, 9.0], &tmp.path().join("f.jpg"))
         .unwrap();
     drop(g); // unload: saved
@@ -196,7 +208,7 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     );
     assert_eq!(g.best_match(&[9.0, 9.0], 0.6, 1).unwrap().name, None);
     // Changed, then killed before the unload could save: the file is stale.
-    g.forget(&names(&["b"])).unwrap();
+    g.forget(&names(&["b"]), None).unwrap();
     g.enroll("d", vec![3.0, 3.0]).unwrap();
     std::mem::forget(g);
     let (g, opened) = open();
@@ -314,4 +326,37 @@ fn folder_photos_are_embedded_once_and_a_changed_or_removed_one_is_noticed() {
     // Another setup (a detector or its settings changed): everything again.
     let (_, other) = load("s2");
     assert_eq!((other.embedded, other.cached), (2, 0));
+}
+
+#[test]
+fn changes_are_recorded_with_the_key_label_newest_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gallery(tmp.path(), 10);
+    let ops = Some("ops".to_string());
+    g.enroll_batch(vec![
+        (vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)], ops.clone()),
+        (vec![one("c", 3.0)], None),
+    ]);
+    g.enroll("a", vec![0.0, 0.0]).unwrap(); // a duplicate adds nothing: no record
+    g.forget(&names(&["a", "nobody"]), Some("ci")).unwrap();
+    let got: Vec<_> = g
+        .changes(10)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let c = r.change;
+            (c.operation.as_str(), c.name, c.count, c.by)
+        })
+        .collect();
+    let label = |s: &str| Some(s.to_string());
+    assert_eq!(
+        got,
+        vec![
+            ("forget", "a".to_string(), 2, label("ci")),
+            ("enroll", "c".to_string(), 1, None),
+            ("enroll", "b".to_string(), 1, label("ops")),
+            ("enroll", "a".to_string(), 2, label("ops")),
+        ]
+    );
+    assert_eq!(g.changes(1).unwrap().len(), 1, "the limit holds");
 }

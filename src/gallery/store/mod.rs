@@ -125,6 +125,47 @@ pub struct Named {
     pub embedding: Vec<f32>,
 }
 
+/// What a change did, as the record of changes keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Enroll,
+    Forget,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Enroll => "enroll",
+            Operation::Forget => "forget",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Operation> {
+        [Operation::Enroll, Operation::Forget]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+}
+
+/// One name's part of a change, recorded in the same transaction: how many
+/// embeddings it added or removed, and the label of the gallery key that
+/// asked (never the key; `None` where the model has no keys).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub operation: Operation,
+    pub name: String,
+    pub count: usize,
+    pub by: Option<String>,
+}
+
+/// A change as recorded: its number (in the order of commits), when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub number: i64,
+    pub at_ms: i64,
+    pub change: Change,
+}
+
 /// What a gallery-folder photo gave the embedder: its one face, or how many
 /// it has when that is not one (the photo is skipped).
 #[derive(Clone, Debug, PartialEq)]
@@ -178,14 +219,17 @@ pub trait Store: Send {
         entries.retain(|s| wanted.contains(&s.stamp.id));
         Ok(entries)
     }
-    /// Add `entries` (name, embedding) all together or not at all; their
-    /// stamps, in order.
-    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>>;
+    /// Add `entries` (name, embedding) all together or not at all, with
+    /// `changes` recorded in the same transaction; their stamps, in order.
+    fn add(&mut self, entries: &[Named], changes: &[Change]) -> Result<Vec<Stamp>>;
     /// Remove every entry of each name (of every embedder: a forgotten
     /// person is forgotten by all models sharing the gallery) and log each
     /// removal, all in one transaction; how many went, per name (0 logs
-    /// nothing).
-    fn forget(&mut self, names: &[String]) -> Result<Forgot>;
+    /// nothing). Each name that lost entries is recorded as a change `by`
+    /// that key label.
+    fn forget(&mut self, names: &[String], by: Option<&str>) -> Result<Forgot>;
+    /// The newest `limit` recorded changes, newest first.
+    fn changes(&mut self, limit: usize) -> Result<Vec<Record>>;
     /// The folder photos this embedder has seen (`keep_photos`).
     fn photos(&mut self) -> Result<Photos>;
     /// Remember what `new` photos gave and forget every photo of this

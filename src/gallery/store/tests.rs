@@ -72,7 +72,7 @@ fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dlib = open_as(tmp.path(), "dlib");
     let ids: Vec<i64> = dlib
-        .add(&[pair("a", 0.0), pair("b", 1.0)])
+        .add(&[pair("a", 0.0), pair("b", 1.0)], &[])
         .unwrap()
         .iter()
         .map(|s| s.id)
@@ -82,7 +82,7 @@ fn ids_grow_and_rows_of_another_embedder_are_kept_but_not_loaded() {
     let loaded = onnx.load().unwrap();
     assert!(loaded.rows.is_empty());
     assert_eq!(loaded.foreign, 2);
-    let later = onnx.add(&[pair("c", 2.0)]).unwrap();
+    let later = onnx.add(&[pair("c", 2.0)], &[]).unwrap();
     assert!(later[0].id > ids[1], "ids are shared and never go back");
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
     assert_eq!((loaded.rows.len(), loaded.foreign), (2, 1));
@@ -96,7 +96,7 @@ fn an_add_is_all_or_nothing() {
         name: "b".into(),
         embedding: vec![1.0, 2.0, 3.0],
     };
-    assert!(store.add(&[pair("a", 0.0), bad]).is_err());
+    assert!(store.add(&[pair("a", 0.0), bad], &[]).is_err());
     assert!(names(&mut store).is_empty());
     assert!(names(&mut open_as(tmp.path(), "dlib")).is_empty());
 }
@@ -105,11 +105,14 @@ fn an_add_is_all_or_nothing() {
 fn forget_removes_every_embedders_rows_and_logs_it() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dlib = open_as(tmp.path(), "dlib");
-    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)])
+    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)], &[])
         .unwrap();
-    let last = open_as(tmp.path(), "onnx").add(&[pair("a", 5.0)]).unwrap()[0].id;
+    let last = open_as(tmp.path(), "onnx")
+        .add(&[pair("a", 5.0)], &[])
+        .unwrap()[0]
+        .id;
     let names_ = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let forgot = dlib.forget(&names_(&["a", "a", "zed"])).unwrap();
+    let forgot = dlib.forget(&names_(&["a", "a", "zed"]), None).unwrap();
     assert_eq!(
         forgot.removed,
         vec![3, 0, 0],
@@ -138,7 +141,7 @@ fn an_acknowledged_add_survives_an_abort() {
     if let Some(dir) = std::env::var_os(VAR) {
         // The child: add, then die at once (no destructor, no checkpoint).
         open_as(Path::new(&dir), "dlib")
-            .add(&[pair("kept", 1.0)])
+            .add(&[pair("kept", 1.0)], &[])
             .unwrap();
         std::process::abort();
     }

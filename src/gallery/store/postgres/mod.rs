@@ -23,7 +23,8 @@ use std::time::Duration;
 use ::postgres::{Client, Transaction};
 
 use super::{
-    to_blob, Follower, Forgot, Identity, Listed, Loaded, Named, Photos, Stamp, Store, Stored,
+    to_blob, Change, Follower, Forgot, Identity, Listed, Loaded, Named, Operation, Photos, Record,
+    Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
@@ -291,7 +292,7 @@ impl Store for PostgresStore {
         self.read(|tx, scope| read::by_ids(tx, scope, ids))
     }
 
-    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>> {
+    fn add(&mut self, entries: &[Named], changes: &[Change]) -> Result<Vec<Stamp>> {
         let scope = self.scope;
         if let Some(Named { name, embedding: e }) =
             entries.iter().find(|n| n.embedding.len() != scope.dim)
@@ -321,21 +322,38 @@ impl Store for PostgresStore {
                     .get(0);
                 stamps.push(Stamp { id, change });
             }
+            for record in changes {
+                write_record(tx, scope.gallery, change, record)?;
+            }
             Ok((stamps, !entries.is_empty()))
         })
     }
 
-    fn forget(&mut self, names: &[String]) -> Result<Forgot> {
+    fn forget(&mut self, names: &[String], by: Option<&str>) -> Result<Forgot> {
         let gallery = self.scope.gallery;
         self.change(&|tx, change| {
             let mut removed = Vec::with_capacity(names.len());
             for name in names {
-                removed.push(forget_one(tx, gallery, name, change)?);
+                let count = forget_one(tx, gallery, name, change)?;
+                if count > 0 {
+                    let record = Change {
+                        operation: Operation::Forget,
+                        name: name.clone(),
+                        count,
+                        by: by.map(str::to_string),
+                    };
+                    write_record(tx, gallery, change, &record)?;
+                }
+                removed.push(count);
             }
             let any = removed.iter().any(|&n| n > 0);
             let change = if any { change } else { 0 };
             Ok((Forgot { removed, change }, any))
         })
+    }
+
+    fn changes(&mut self, limit: usize) -> Result<Vec<Record>> {
+        self.read(|tx, scope| read::records(tx, scope, limit))
     }
 
     fn photos(&mut self) -> Result<Photos> {
@@ -394,6 +412,28 @@ impl Store for PostgresStore {
         let published = published::publish(client, scope, manifest, file);
         published.map_err(|e| read_error(self.target.shown(), e))
     }
+}
+
+/// Record one name's part of change number `change`.
+fn write_record(
+    tx: &mut Transaction<'_>,
+    gallery: i64,
+    change: i64,
+    record: &Change,
+) -> std::result::Result<(), ::postgres::Error> {
+    tx.execute(
+        "INSERT INTO triton_face.changes (gallery, change, operation, name, count, key_label) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &gallery,
+            &change,
+            &record.operation.as_str(),
+            &record.name,
+            &(record.count as i32),
+            &record.by,
+        ],
+    )?;
+    Ok(())
 }
 
 /// Delete `name`'s rows (every embedder's) and log the removal; how many.

@@ -5,7 +5,9 @@
 
 use ::postgres::{Client, IsolationLevel, Row, Transaction};
 
-use super::super::{from_blob, Changes, Removal, Row as StoreRow, Stamp, Stored};
+use super::super::{
+    from_blob, Change, Changes, Operation, Record, Removal, Row as StoreRow, Stamp, Stored,
+};
 
 /// Which rows: one gallery, one embedder's enrollments.
 #[derive(Clone, Copy, Debug)]
@@ -147,4 +149,35 @@ pub fn changes(tx: &mut Transaction<'_>, scope: Scope, after: i64) -> Result<Cha
         enrolled: enrollments(tx, scope, after)?,
         removed,
     })
+}
+
+/// The gallery's newest `limit` recorded changes, newest first.
+pub fn records(
+    tx: &mut Transaction<'_>,
+    scope: Scope,
+    limit: usize,
+) -> Result<Vec<Record>, ReadError> {
+    let rows = tx.query(
+        "SELECT change, (extract(epoch FROM at) * 1000)::bigint, operation, name, count, \
+         key_label FROM triton_face.changes WHERE gallery = $1 ORDER BY id DESC LIMIT $2",
+        &[&scope.gallery, &(limit as i64)],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let operation: String = row.get(2);
+            let operation = Operation::parse(&operation).ok_or_else(|| {
+                ReadError::BadRow(format!("a change with the operation {operation:?}"))
+            })?;
+            Ok(Record {
+                number: row.get(0),
+                at_ms: row.get(1),
+                change: Change {
+                    operation,
+                    name: row.get(3),
+                    count: row.get::<_, i32>(4).max(0) as usize,
+                    by: row.get(5),
+                },
+            })
+        })
+        .collect()
 }

@@ -86,6 +86,19 @@ const MIGRATIONS: &[&str] = &[
      );
      -- f16 vectors and neighbour ids do not compress: do not try.
      ALTER TABLE triton_face.published_index_parts ALTER COLUMN bytes SET STORAGE EXTERNAL;",
+    // 4: the record of changes: every enroll and forget, per name, with the
+    // label of the gallery key that asked (never the key).
+    "CREATE TABLE triton_face.changes (
+         id bigserial PRIMARY KEY,
+         gallery bigint NOT NULL REFERENCES triton_face.galleries (id),
+         change bigint NOT NULL,
+         at timestamptz NOT NULL DEFAULT now(),
+         operation text NOT NULL,
+         name text NOT NULL,
+         count integer NOT NULL,
+         key_label text
+     );
+     CREATE INDEX changes_by_gallery ON triton_face.changes (gallery, id);",
 ];
 
 /// The version this build writes.

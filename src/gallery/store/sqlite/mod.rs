@@ -15,11 +15,11 @@ mod rows;
 pub mod schema;
 
 use super::{
-    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Contents, Forgot, Identity, Listed,
-    Loaded, Migrated, Named, Photos, Row, Stamp, Store, Stored,
+    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Change, Contents, Forgot, Identity,
+    Listed, Loaded, Migrated, Named, Operation, Photos, Record, Row, Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
-use rows::{embedder_id, insert};
+use rows::{embedder_id, insert, record, records};
 use schema::{migrate, sql_error};
 
 pub const DB_FILE: &str = "gallery.sqlite3";
@@ -196,7 +196,7 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn add(&mut self, entries: &[Named]) -> Result<Vec<Stamp>> {
+    fn add(&mut self, entries: &[Named], changes: &[Change]) -> Result<Vec<Stamp>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -214,11 +214,14 @@ impl Store for SqliteStore {
             let id = insert(&tx, self.embedder, name, &to_blob(embedding))?;
             ids.push(Stamp { id, change: id });
         }
+        for change in changes {
+            record(&tx, change)?;
+        }
         tx.commit().map_err(sql_error)?;
         Ok(ids)
     }
 
-    fn forget(&mut self, names: &[String]) -> Result<Forgot> {
+    fn forget(&mut self, names: &[String], by: Option<&str>) -> Result<Forgot> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -227,10 +230,23 @@ impl Store for SqliteStore {
             .iter()
             .map(|name| forget_one(&tx, self.embedder, name))
             .collect::<Result<Vec<_>>>()?;
+        for (name, &count) in names.iter().zip(&removed).filter(|(_, &n)| n > 0) {
+            let change = Change {
+                operation: Operation::Forget,
+                name: name.clone(),
+                count,
+                by: by.map(str::to_string),
+            };
+            record(&tx, &change)?;
+        }
         tx.commit().map_err(sql_error)?;
         // One writer: the FORGET covers every enrollment there is.
         let change = i64::MAX;
         Ok(Forgot { removed, change })
+    }
+
+    fn changes(&mut self, limit: usize) -> Result<Vec<Record>> {
+        records(&self.conn, limit)
     }
 
     fn photos(&mut self) -> Result<Photos> {

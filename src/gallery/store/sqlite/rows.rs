@@ -3,8 +3,8 @@
 use rusqlite::{params, Connection};
 
 use super::schema::sql_error;
-use crate::error::Result;
-use crate::gallery::store::{now_ms, Identity};
+use crate::error::{Error, Result};
+use crate::gallery::store::{now_ms, Change, Identity, Operation, Record};
 
 /// The id of `identity` in `embedders`, added if new.
 pub(super) fn embedder_id(conn: &Connection, identity: &Identity) -> Result<i64> {
@@ -25,6 +25,64 @@ pub(super) fn embedder_id(conn: &Connection, identity: &Identity) -> Result<i64>
         |row| row.get(0),
     )
     .map_err(sql_error)
+}
+
+/// Record `change` (inside the caller's transaction).
+pub(super) fn record(conn: &Connection, change: &Change) -> Result<()> {
+    conn.execute(
+        "INSERT INTO changes (at_ms, operation, name, count, key_label) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            now_ms(),
+            change.operation.as_str(),
+            change.name,
+            change.count as i64,
+            change.by
+        ],
+    )
+    .map_err(sql_error)?;
+    Ok(())
+}
+
+/// The newest `limit` records, newest first.
+pub(super) fn records(conn: &Connection, limit: usize) -> Result<Vec<Record>> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, at_ms, operation, name, count, key_label FROM changes \
+             ORDER BY id DESC LIMIT ?1",
+        )
+        .map_err(sql_error)?;
+    let rows = stmt
+        .query_map([limit as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
+        })
+        .map_err(sql_error)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (number, at_ms, operation, name, count, by) = row.map_err(sql_error)?;
+        let operation = Operation::parse(&operation).ok_or_else(|| {
+            Error::unavailable(format!(
+                "gallery store: change {number}: unknown {operation:?}"
+            ))
+        })?;
+        out.push(Record {
+            number,
+            at_ms,
+            change: Change {
+                operation,
+                name,
+                count: count.max(0) as usize,
+                by,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// Insert one enrollment (inside the caller's transaction); its id.

@@ -61,6 +61,16 @@ const MIGRATIONS: &[&str] = &[
      -- The store's own name (Store::uid), made once.
      CREATE TABLE store (uid TEXT NOT NULL);
      INSERT INTO store (uid) VALUES (lower(hex(randomblob(16))));",
+    // 3: the record of changes: every enroll and forget, per name, with the
+    // label of the gallery key that asked (never the key).
+    "CREATE TABLE changes (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         at_ms INTEGER NOT NULL,
+         operation TEXT NOT NULL,
+         name TEXT NOT NULL,
+         count INTEGER NOT NULL,
+         key_label TEXT
+     );",
 ];
 
 /// The version this build writes.
@@ -119,12 +129,13 @@ mod tests {
         let tables: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN \
-                 ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos', 'store')",
+                 ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos', 'store', \
+                 'changes')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 6);
+        assert_eq!(tables, 7);
         conn.pragma_update(None, "user_version", VERSION + 1)
             .unwrap();
         let e = migrate(&mut conn).unwrap_err();
