@@ -11,15 +11,16 @@
 //! name), and how many queries took the second, wider look.
 //!
 //! `cargo run --release --example match_bench -- DATA_DIR [--ef 32,64,128]
-//! [--exact-too] [--index FILE] [--wider N]` (`--wider`: the second look's
-//! breadth instead of the gallery's): with `--index FILE` a saved index is loaded
+//! [--exact-too] [--index FILE] [--wider N]` (`--wider`: the second look
+//! walks the graph N wide instead of the gallery's scan of sign bits;
+//! `--signs`: the sign scan also where the gallery scans exactly): with `--index FILE` a saved index is loaded
 //! when it matches the data and `--m` (else built and saved there).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use triton_face::gallery::index::{shape, Hit, ScalarKind, Shape, VectorIndex};
-use triton_face::gallery::looks::{look, Breadth, WIDER_SEARCH};
+use triton_face::gallery::looks::{look, Breadth, EXACT_RETRY_UP_TO};
 use triton_face::pipeline::Metric;
 
 struct Data {
@@ -186,9 +187,16 @@ struct Answered {
     within: usize,
 }
 
-/// `wider`: how wide the second look is (the gallery's `WIDER_SEARCH`
-/// unless `--wider` says otherwise).
-fn answer(d: &Data, index: &VectorIndex, threshold: f32, wider: usize) -> Answered {
+/// `wider`: the second look walks the graph this wide instead of the
+/// gallery's scan of sign bits (`--wider`, to compare).
+/// `signs`: the sign scan even where the gallery scans exactly (`--signs`).
+fn answer(
+    d: &Data,
+    index: &VectorIndex,
+    threshold: f32,
+    wider: Option<usize>,
+    signs: bool,
+) -> Answered {
     let label = |row: u64| d.labels[row as usize];
     let (mut times, mut right, mut wrong, mut again) = (Vec::new(), 0, 0, 0);
     let (mut within, mut right_within) = (0usize, 0usize);
@@ -204,8 +212,12 @@ fn answer(d: &Data, index: &VectorIndex, threshold: f32, wider: usize) -> Answer
             |breadth| {
                 looks += 1;
                 match breadth {
-                    Breadth::Graph(WIDER_SEARCH) => index.nearest_wide(q, 16, wider),
+                    Breadth::Signs => match wider {
+                        Some(wide) => index.nearest_wide(q, 16, wide),
+                        None => index.nearest_by_signs(q, 16),
+                    },
                     Breadth::Graph(wide) => index.nearest_wide(q, 16, wide),
+                    Breadth::Exact if signs => index.nearest_by_signs(q, 16),
                     Breadth::Exact => index.nearest_exact(q, 16),
                 }
             },
@@ -326,14 +338,22 @@ fn main() {
     let threshold = flag("--threshold").map_or(d.metric.usual_threshold(), |x| {
         x.parse().expect("--threshold")
     });
-    let wider = flag("--wider").map_or(WIDER_SEARCH, |x| x.parse().expect("--wider"));
+    let wider = flag("--wider").map(|x| x.parse().expect("--wider"));
+    // As the gallery looks a second time (looks.rs): an exact scan up to
+    // EXACT_RETRY_UP_TO, then the sign bits (or the graph --wider wide).
+    let signs = args.iter().any(|a| a == "--signs");
+    let second = match wider {
+        _ if d.n <= EXACT_RETRY_UP_TO && !signs => "exact".to_string(),
+        Some(wide) => format!("{wide} wide"),
+        None => "signs".to_string(),
+    };
     for &ef in &efs {
         index.set_expansion_search(ef);
-        let a = answer(&d, &index, threshold, wider);
+        let a = answer(&d, &index, threshold, wider, signs);
         println!(
             "{}",
             serde_json::json!({
-                "engine": "ours", "index": "gallery", "param": format!("first ef={ef}, then {wider}"),
+                "engine": "ours", "index": "gallery", "param": format!("first ef={ef}, then {second}"),
                 "n": d.n, "dim": d.dim, "kind": d.kind, "threshold": threshold,
                 "p50_ms": a.p50_ms, "p99_ms": a.p99_ms, "named_right": a.named_right,
                 "named_wrong": a.named_wrong, "looked_again": a.looked_again,

@@ -44,6 +44,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use usearch::ScalarKind;
 use usearch::{Index, IndexOptions, MetricKind};
 
+use super::looks::WIDER_SEARCH;
 use super::split::{self, Fine};
 use super::strays::Strays;
 use crate::error::{Error, Result};
@@ -91,6 +92,10 @@ const FIRST_CAPACITY: usize = 1024;
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// An exact scan of i8 vectors re-ranks this many more than asked for.
 const RERANK_MORE: usize = 32;
+/// The second look re-ranks this many nearest by sign bits: a face within
+/// 0.8x the threshold of its match stays among them against a million
+/// uniform strangers by more than 6 standard deviations (signs.rs).
+const SIGN_CANDIDATES: usize = 256;
 
 /// One candidate: the entry's key and its full distance to the query.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -270,6 +275,8 @@ impl VectorIndex {
                         format!("{shown}: fine bytes of another index"),
                     ));
                 }
+                let mut fine = fine;
+                fine.make_signs(|key, coarse| matches!(index.get(key, coarse), Ok(1)));
                 Some(fine)
             }
             _ => None,
@@ -365,7 +372,7 @@ impl VectorIndex {
         index.add(key, vector, &mut coarse, &mut fine)?;
         self.strays_fresh.store(false, Ordering::Relaxed);
         if let Some(f) = index.fine.as_mut() {
-            f.put(key, &fine);
+            f.put(key, &coarse, &fine);
         }
         if index.size() > self.exact_up_to && self.is_stray(&index, key, links_back(&index, key)) {
             let mut strays = self.strays_mut();
@@ -563,7 +570,7 @@ impl VectorIndex {
             let (mut coarse, mut bytes) = split::buffers(dim);
             for (key, vector) in &fresh {
                 split::split(vector, &mut coarse, &mut bytes);
-                fine.put(*key, &bytes);
+                fine.put(*key, &coarse, &bytes);
             }
         }
         if !fresh.is_empty() {
@@ -647,6 +654,29 @@ impl VectorIndex {
         self.search(query, count, 0, Some(true))
     }
 
+    /// The second look at a large gallery: for split vectors, the
+    /// `SIGN_CANDIDATES` nearest by a scan of every vector's sign bits
+    /// (`signs.rs`) and the nearest strays, re-ranked by the full distance;
+    /// f16 vectors have no signs and are walked `WIDER_SEARCH` wide.
+    pub fn nearest_by_signs(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
+        self.check(query)?;
+        let index = self.read();
+        let Some(fine) = &index.fine else {
+            drop(index);
+            return self.nearest_wide(query, count, WIDER_SEARCH);
+        };
+        let (mut coarse, mut bytes) = split::buffers(self.dim);
+        split::split(query, &mut coarse, &mut bytes);
+        let mut keys = fine
+            .nearest_by_signs(&coarse, SIGN_CANDIDATES.max(count))
+            .map_err(|e| failed("search", e))?;
+        let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
+        keys.extend(strays.nearest(&coarse, count)?);
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(self.rerank(&index, &keys, query, &mut coarse))
+    }
+
     fn search(
         &self,
         query: &[f32],
@@ -690,16 +720,21 @@ impl VectorIndex {
             keys.sort_unstable();
             keys.dedup();
         }
+        Ok(self.rerank(&index, &keys, query, &mut coarse))
+    }
+
+    /// `keys` by their full distance to `query`, nearest first.
+    fn rerank(&self, index: &Graph, keys: &[u64], query: &[f32], coarse: &mut [i8]) -> Vec<Hit> {
         let mut stored = vec![0.0f32; self.dim];
         let mut hits = Vec::with_capacity(keys.len());
-        for &key in &keys {
-            if index.full(key, &mut stored, &mut coarse) {
+        for &key in keys {
+            if index.full(key, &mut stored, coarse) {
                 let distance = self.metric.distance(&stored, query);
                 hits.push(Hit { key, distance });
             }
         }
         hits.sort_by(|a, b| a.distance.total_cmp(&b.distance));
-        Ok(hits)
+        hits
     }
 
     fn check(&self, vector: &[f32]) -> Result<()> {
@@ -975,6 +1010,39 @@ mod tests {
         assert_eq!(index.counted_strays(), None, "an insertion may cut links");
         index.remove(0).unwrap();
         assert_ne!(index.nearest(&loner, 1).unwrap()[0].key, 0);
+    }
+
+    #[test]
+    fn the_sign_scan_finds_a_match_among_uniform_strangers() {
+        // Uniform random people: a walk has nothing to follow (at a million
+        // it named 0.64 of such matches); a scan of every sign cannot miss.
+        let dim = 512;
+        let crowd: Vec<(u64, Vec<f32>)> = (1..3000u64).map(|k| (k, random_unit(k, dim))).collect();
+        let index = graph_of(dim, &[], &crowd);
+        for k in [7u64, 1500, 2999] {
+            let query = near(&crowd[k as usize - 1].1, 10_000 + k);
+            let hits = index.nearest_by_signs(&query, 4).unwrap();
+            assert_eq!(hits[0].key, k, "{hits:?}");
+            let exact = index.nearest_exact(&query, 1).unwrap();
+            assert_eq!(
+                hits[0].distance, exact[0].distance,
+                "re-ranked by the full distance"
+            );
+        }
+        index.remove(1500).unwrap();
+        let query = near(&crowd[1499].1, 11_500);
+        assert_ne!(
+            index.nearest_by_signs(&query, 1).unwrap()[0].key,
+            1500,
+            "removed"
+        );
+        // Saved and loaded: the signs are made again from the stored bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index");
+        index.save(&path).unwrap();
+        let back = VectorIndex::load(&path, Metric::Cosine, dim).unwrap();
+        let query = near(&crowd[6].1, 10_007);
+        assert_eq!(back.nearest_by_signs(&query, 1).unwrap()[0].key, 7);
     }
 
     #[test]

@@ -194,6 +194,7 @@ impl Live {
             let hits = match breadth {
                 Breadth::Exact => self.index.nearest_exact(query, count.min(total))?,
                 Breadth::Graph(wide) => self.index.nearest_wide(query, count.min(total), wide)?,
+                Breadth::Signs => self.index.nearest_by_signs(query, count.min(total))?,
             };
             let people = self.people_in(&hits, top_k);
             if people.len() == top_k || hits.len() < count || count >= total {

@@ -25,6 +25,10 @@ pub enum Breadth {
     Graph(usize),
     /// A scan of every vector.
     Exact,
+    /// A scan of every vector's sign bits, the nearest re-ranked
+    /// (`VectorIndex::nearest_by_signs`; f16 vectors: the graph
+    /// `WIDER_SEARCH` wide).
+    Signs,
 }
 
 /// What `search` finds, nearest first, looked for a second time, wider,
@@ -47,7 +51,7 @@ pub fn look<T>(
     search(if size <= EXACT_RETRY_UP_TO {
         Breadth::Exact
     } else {
-        Breadth::Graph(WIDER_SEARCH)
+        Breadth::Signs
     })
 }
 
@@ -78,7 +82,7 @@ mod tests {
 
     #[test]
     fn an_unnamed_face_is_looked_for_again_wider() {
-        let wide = [Breadth::Graph(0), Breadth::Graph(WIDER_SEARCH)];
+        let wide = [Breadth::Graph(0), Breadth::Signs];
         assert_eq!(looks(true, 1_000_000, 0.6), wide);
         assert_eq!(looks(true, 1_000, 0.6), [Breadth::Graph(0), Breadth::Exact]);
     }

@@ -20,6 +20,7 @@ pub mod looks;
 pub mod names;
 mod progress;
 mod saved;
+mod signs;
 mod split;
 pub mod store;
 mod strays;

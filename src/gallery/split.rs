@@ -16,6 +16,8 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
+use super::signs;
+
 const STEP: f32 = 127.0;
 /// Fine steps per coarse step: a signed half byte holds -7..=7.
 const FINE_STEP: f32 = 14.0;
@@ -80,12 +82,15 @@ fn from_byte_per_value(r: u8) -> i8 {
 }
 
 /// The fine bytes of every vector, by key, in one block (slots of removed
-/// keys are reused).
+/// keys are reused); beside them, in the same slots, its sign bits
+/// (`signs.rs`: the second look's scan).
 pub struct Fine {
     dim: usize,
     /// Bytes per vector: `fine_len(dim)`.
     width: usize,
     bytes: Vec<u8>,
+    /// `signs::words(dim)` per slot; made from the coarse bytes, never saved.
+    signs: Vec<u64>,
     key_of: Vec<u64>,
     slot_of: HashMap<u64, u32>,
     free: Vec<u32>,
@@ -97,6 +102,7 @@ impl Fine {
             dim,
             width: fine_len(dim),
             bytes: Vec::new(),
+            signs: Vec::new(),
             key_of: Vec::new(),
             slot_of: HashMap::new(),
             free: Vec::new(),
@@ -107,8 +113,9 @@ impl Fine {
         self.slot_of.len()
     }
 
-    /// Set `key`'s fine bytes (a new slot, or its own again).
-    pub fn put(&mut self, key: u64, fine: &[u8]) {
+    /// Set `key`'s fine bytes and, from its `coarse` ones, its sign bits (a
+    /// new slot, or its own again).
+    pub fn put(&mut self, key: u64, coarse: &[i8], fine: &[u8]) {
         let slot = match self.slot_of.get(&key) {
             Some(&slot) => slot as usize,
             None => {
@@ -126,6 +133,38 @@ impl Fine {
             }
         };
         self.bytes[slot * self.width..(slot + 1) * self.width].copy_from_slice(fine);
+        self.put_signs(slot, coarse);
+    }
+
+    /// The sign bits of slot `slot` from its vector's `coarse` bytes.
+    fn put_signs(&mut self, slot: usize, coarse: &[i8]) {
+        let words = signs::words(self.dim);
+        self.signs.resize(self.key_of.len() * words, 0);
+        signs::pack(coarse, &mut self.signs[slot * words..(slot + 1) * words]);
+    }
+
+    /// Make every key's sign bits from its coarse bytes, which `coarse_of`
+    /// writes (false: the key has none, its bits stay 0). After `read_from`.
+    pub fn make_signs(&mut self, mut coarse_of: impl FnMut(u64, &mut [i8]) -> bool) {
+        let mut coarse = vec![0i8; self.dim];
+        for slot in 0..self.key_of.len() {
+            let key = self.key_of[slot];
+            if key != FREE && coarse_of(key, &mut coarse) {
+                self.put_signs(slot, &coarse);
+            }
+        }
+    }
+
+    /// The keys of the `count` vectors whose signs are nearest to those of
+    /// `coarse` (the query's coarse bytes), nearest first.
+    pub fn nearest_by_signs(&self, coarse: &[i8], count: usize) -> Result<Vec<u64>, String> {
+        let words = signs::words(self.dim);
+        let mut query = vec![0u64; words];
+        signs::pack(coarse, &mut query);
+        let slots = self.signs.len() / words.max(1);
+        let live = |slot: usize| self.key_of[slot] != FREE;
+        let found = signs::nearest(&self.signs[..slots * words], words, &query, count, live)?;
+        Ok(found.into_iter().map(|slot| self.key_of[slot]).collect())
     }
 
     pub fn get(&self, key: u64) -> Option<&[u8]> {
@@ -140,9 +179,12 @@ impl Fine {
         }
     }
 
-    /// Bytes held (the block, the keys, the lookup table).
+    /// Bytes held (the block, the signs, the keys, the lookup table).
     pub fn memory(&self) -> usize {
-        self.bytes.capacity() + self.key_of.capacity() * 8 + self.slot_of.capacity() * 16
+        self.bytes.capacity()
+            + self.signs.capacity() * 8
+            + self.key_of.capacity() * 8
+            + self.slot_of.capacity() * 16
     }
 
     /// Append the section: the block, each slot's key, then the counts and
@@ -199,6 +241,7 @@ impl Fine {
             dim,
             width: fine_len(dim),
             bytes,
+            signs: Vec::new(),
             slot_of: HashMap::with_capacity(slots),
             free: Vec::new(),
             key_of,
@@ -277,14 +320,20 @@ mod tests {
     #[test]
     fn slots_are_reused_and_the_section_reads_back() {
         let mut fine = Fine::new(3);
-        fine.put(10, &[1, 2]);
-        fine.put(11, &[4, 5]);
-        fine.put(12, &[7, 8]);
+        fine.put(10, &[1, 1, 1], &[1, 2]);
+        fine.put(11, &[-1, -1, -1], &[4, 5]);
+        fine.put(12, &[1, -1, 1], &[7, 8]);
         fine.remove(11);
-        fine.put(13, &[0xF1, 0x0E]);
-        fine.put(10, &[0, 1]);
+        fine.put(13, &[-1, -1, 1], &[0xF1, 0x0E]);
+        fine.put(10, &[-1, 1, -1], &[0, 1]);
         assert_eq!(fine.len(), 3);
         assert_eq!(fine.key_of.len(), 3, "the freed slot was taken");
+        // Signs follow the slots: 13 took 11's, 10 changed its own.
+        assert_eq!(fine.nearest_by_signs(&[-1, -1, 1], 1).unwrap(), vec![13]);
+        assert_eq!(
+            fine.nearest_by_signs(&[-1, 1, -1], 3).unwrap(),
+            vec![10, 13, 12]
+        );
         let mut file = io::Cursor::new(b"usearch's own bytes".to_vec());
         file.seek(SeekFrom::End(0)).unwrap();
         fine.write_to(&mut file).unwrap();
@@ -293,6 +342,16 @@ mod tests {
         assert_eq!(back.get(11), None);
         assert_eq!(back.get(13), Some(&[0xF1, 0x0E][..]));
         assert_eq!(back.len(), 3);
+        let mut back = back;
+        back.make_signs(|key, out| {
+            out.copy_from_slice(if key == 12 {
+                &[1, -1, 1]
+            } else {
+                &[-1, -1, -1]
+            });
+            true
+        });
+        assert_eq!(back.nearest_by_signs(&[1, -1, 1], 1).unwrap(), vec![12]);
         assert!(Fine::read_from(&mut file, 4).is_err(), "another length");
         let mut cut = io::Cursor::new(file.get_ref()[..file.get_ref().len() - 1].to_vec());
         assert!(Fine::read_from(&mut cut, 3).is_err(), "truncated");

@@ -334,7 +334,10 @@ fn changes_are_recorded_with_the_key_label_newest_first() {
     let g = gallery(tmp.path(), 10);
     let ops = Some("ops".to_string());
     g.enroll_batch(vec![
-        (vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)], ops.clone()),
+        (
+            vec![one("a", 0.0), one("a", 1.0), one("b", 2.0)],
+            ops.clone(),
+        ),
         (vec![one("c", 3.0)], None),
     ]);
     g.enroll("a", vec![0.0, 0.0]).unwrap(); // a duplicate adds nothing: no record
