@@ -343,7 +343,7 @@ fn main() {
     // EXACT_RETRY_UP_TO, then the sign bits (or the graph --wider wide).
     let signs = args.iter().any(|a| a == "--signs");
     let second = match wider {
-        _ if d.n <= EXACT_RETRY_UP_TO && !signs => "exact".to_string(),
+        _ if d.n <= EXACT_RETRY_UP_TO => if signs { "signs" } else { "exact" }.to_string(),
         Some(wide) => format!("{wide} wide"),
         None => "signs".to_string(),
     };

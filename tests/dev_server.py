@@ -8,7 +8,8 @@ It is the server the `server` fixture would start (tests/conftest.py: default co
 repository and log, `<engine>.json` its process and ports. `start` reuses a running one only
 while it serves the library `target/release` holds now (byte for byte), else starts it again.
 With FACE_TEST_SERVER set, the suite's `server` fixture attaches to the running server of its
-engine (`attach`) instead of starting one; tests that need their own config still start theirs.
+engine (`attach`) instead of starting one, while it serves the library under test; tests that
+need their own config still start theirs.
 """
 
 from __future__ import annotations
@@ -110,7 +111,14 @@ def attach(suite: SuiteEnv, engine: str) -> RunningServer | None:
     if state is None:
         return None
     server = RunningServer(suite, state)
-    return server if server.running and server.is_ready() else None
+    return server if _serves(server, suite) else None
+
+
+def _serves(server: RunningServer, suite: SuiteEnv) -> bool:
+    """It runs, is ready, and serves the library the suite tests now, byte for byte."""
+    served = server.model_dir / "libtriton_face.so"
+    return (server.running and server.is_ready() and served.is_file()
+            and filecmp.cmp(served, suite.backend_lib, shallow=False))
 
 
 def stop(engine: str) -> bool:
@@ -135,9 +143,7 @@ def start(suite: SuiteEnv, engine: str) -> tuple[RunningServer, bool]:
     state = _read_state(engine)
     if state is not None:
         server = RunningServer(suite, state)
-        served = server.model_dir / "libtriton_face.so"
-        if (server.running and server.is_ready() and served.is_file()
-                and filecmp.cmp(served, suite.backend_lib, shallow=False)):
+        if _serves(server, suite):
             return server, True
     stop(engine)
     root = state_dir() / engine

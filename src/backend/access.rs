@@ -10,7 +10,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::backend::job::Job;
+use crate::backend::job::{ENROLL, FORGET, LIST};
 use crate::error::{Error, Result};
 use crate::triton::metrics::Counter;
 use crate::triton::request::ParameterValue;
@@ -59,9 +59,11 @@ impl GalleryKeys {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
+            // `label:key` only where the part before the first `:` is a
+            // label: a bare key may hold a `:` too.
             let (label, key) = match line.split_once(':') {
-                Some((label, key)) => (label.trim(), key.trim()),
-                None => (DEFAULT_LABEL, line),
+                Some((label, key)) if is_label(label.trim()) => (label.trim(), key.trim()),
+                _ => (DEFAULT_LABEL, line),
             };
             if label.is_empty() || key.is_empty() {
                 return Err(format!("line {}: expected label:key or a key", n + 1));
@@ -90,6 +92,13 @@ impl GalleryKeys {
     pub fn count(&self) -> usize {
         self.keys.len()
     }
+}
+
+/// A label: 1 to 64 letters, digits, `_`, `-`, `.`.
+fn is_label(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// A model's gallery access: its keys (none: open) and the refusals' count.
@@ -129,24 +138,27 @@ impl Access {
         })
     }
 
-    /// `job` when it may run: a job that changes or lists the gallery needs
-    /// a valid key when the model has keys.
-    pub fn admit(&self, request: &Request, job: Job) -> Result<Job> {
+    /// Whether `request` may run, before anything of it is read: one that
+    /// sends `ENROLL`, `FORGET` or `LIST` needs a valid key when the model
+    /// has keys (no image is decoded, no other check answers, without it).
+    /// The key's label, for the record of changes.
+    pub fn admit(&self, request: &Request) -> Result<Option<String>> {
         let Some(keys) = &self.keys else {
-            return Ok(job);
+            return Ok(None);
         };
-        if job.enroll.is_none() && job.manage.is_none() {
-            return Ok(job);
+        let mut manages = false;
+        for input in [ENROLL, FORGET, LIST] {
+            manages |= request.input(input)?.is_some();
+        }
+        if !manages {
+            return Ok(None);
         }
         let presented = match request.parameter(GALLERY_KEY)? {
             Some(ParameterValue::Str(key)) => Some(key),
             _ => None,
         };
         match presented.as_deref().and_then(|k| keys.label_of(k)) {
-            Some(label) => Ok(Job {
-                by: Some(label.to_string()),
-                ..job
-            }),
+            Some(label) => Ok(Some(label.to_string())),
             None => {
                 if let Some(counter) = &self.refusals {
                     counter.increment();
@@ -163,8 +175,14 @@ mod tests {
 
     #[test]
     fn labels_bare_keys_comments_and_blank_lines() {
-        let keys = GalleryKeys::parse("# ops\n\nops:s3cret\n  k2  \nci : k3\n").unwrap();
-        assert_eq!(keys.count(), 3);
+        let keys = GalleryKeys::parse("# ops\n\nops:s3cret\n  k2  \nci : k3\nx/y:4\n").unwrap();
+        assert_eq!(keys.count(), 4);
+        assert_eq!(
+            keys.label_of("x/y:4"),
+            Some("default"),
+            "not a label before the colon"
+        );
+        assert_eq!(keys.label_of("4"), None);
         assert_eq!(keys.label_of("s3cret"), Some("ops"));
         assert_eq!(keys.label_of("k2"), Some("default"));
         assert_eq!(keys.label_of("k3"), Some("ci"));

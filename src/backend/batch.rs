@@ -34,7 +34,10 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     let dim = model.gallery.dim();
     let jobs: Vec<Result<Job>> = requests
         .iter()
-        .map(|r| read_job(r, settings, dim).and_then(|job| model.access.admit(r, job)))
+        .map(|r| {
+            let by = model.access.admit(r)?;
+            read_job(r, settings, dim).map(|job| Job { by, ..job })
+        })
         .collect();
     let size = jobs
         .iter()

@@ -53,36 +53,59 @@ pub fn nearest(
     } else {
         1
     };
+    nearest_in_parts(codes, words, query, count, &live, parts)
+}
+
+/// `nearest` over `parts` parts, each on a thread of its own (on this one
+/// when a thread cannot be started).
+fn nearest_in_parts(
+    codes: &[u64],
+    words: usize,
+    query: &[u64],
+    count: usize,
+    live: &(impl Fn(usize) -> bool + Sync),
+    parts: usize,
+) -> Result<Vec<usize>, String> {
+    let slots = codes.len() / words;
     let per = slots.div_ceil(parts.max(1)).max(1);
-    let live = &live;
     let part = |first: usize| {
         let last = (first + per).min(slots);
         let mine = &codes[first * words..last * words];
         let found = nearest_here(mine, words, query, count, |s| live(first + s));
-        found.into_iter().map(move |(d, s)| (d, first + s))
+        found
+            .into_iter()
+            .map(move |(d, s)| (d, first + s))
+            .collect::<Vec<_>>()
     };
-    let mut found: Vec<(u32, usize)> = if parts <= 1 {
-        part(0).collect()
-    } else {
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..slots)
-                .step_by(per)
-                .map(|first| scope.spawn(move || part(first).collect::<Vec<_>>()))
-                .collect();
-            let mut all = Vec::with_capacity(count * workers.len());
-            for worker in workers {
-                all.extend(
-                    worker
-                        .join()
-                        .map_err(|_| "a scan thread panicked".to_string())?,
-                );
+    if parts <= 1 {
+        return Ok(best(part(0), count));
+    }
+    let found: Vec<(u32, usize)> = std::thread::scope(|scope| {
+        let mut all = Vec::with_capacity(count * parts);
+        let mut workers = Vec::new();
+        for first in (0..slots).step_by(per) {
+            match std::thread::Builder::new().spawn_scoped(scope, move || part(first)) {
+                Ok(worker) => workers.push(worker),
+                Err(_) => all.extend(part(first)),
             }
-            Ok::<_, String>(all)
-        })?
-    };
+        }
+        for worker in workers {
+            all.extend(
+                worker
+                    .join()
+                    .map_err(|_| "a scan thread panicked".to_string())?,
+            );
+        }
+        Ok::<_, String>(all)
+    })?;
+    Ok(best(found, count))
+}
+
+/// The slots of the `count` nearest of `found`, nearest first.
+fn best(mut found: Vec<(u32, usize)>, count: usize) -> Vec<usize> {
     found.sort_unstable();
     found.truncate(count);
-    Ok(found.into_iter().map(|(_, slot)| slot).collect())
+    found.into_iter().map(|(_, slot)| slot).collect()
 }
 
 /// One part's `count` nearest (distance, slot), on this thread.
@@ -227,16 +250,31 @@ mod tests {
     }
 
     #[test]
-    fn a_scan_split_over_cores_finds_what_one_pass_finds() {
-        // Codes at Hamming distance (slot % 97) from the query, far past the split.
-        let slots = PARALLEL_FROM * 2 + 7;
-        let codes: Vec<u64> = (0..slots).map(|s| (1u64 << (s % 97 % 64)) - 1).collect();
+    fn a_scan_split_in_parts_finds_what_one_pass_finds() {
+        // The nearest codes sit at the parts' edges and in the last part;
+        // some of them are not live.
+        let slots = 1000;
+        let near = [0usize, 332, 333, 334, 666, 667, 999, 998];
+        let codes: Vec<u64> = (0..slots)
+            .map(|s| {
+                if near.contains(&s) {
+                    s as u64 & 1
+                } else {
+                    u64::MAX >> (s % 7)
+                }
+            })
+            .collect();
         let query = [0u64];
-        let live = |s: usize| !s.is_multiple_of(5);
-        let split = nearest(&codes, 1, &query, 50, live).unwrap();
-        let mut one: Vec<(u32, usize)> = scan(&codes, 1, &query, 50, live);
+        let live = |s: usize| s != 333 && s != 998;
+        let mut one: Vec<(u32, usize)> = scan(&codes, 1, &query, 5, live);
         one.sort_unstable();
         let one: Vec<usize> = one.into_iter().map(|(_, s)| s).collect();
-        assert_eq!(split, one);
+        assert_eq!(one, vec![0, 332, 334, 666, 667]);
+        for parts in 1..=4 {
+            let split = nearest_in_parts(&codes, 1, &query, 5, &live, parts).unwrap();
+            assert_eq!(split, one, "{parts} parts");
+        }
+        let last = nearest_in_parts(&codes, 1, &query, 7, &live, 3).unwrap();
+        assert!(last.contains(&999) && !last.contains(&998), "{last:?}");
     }
 }

@@ -246,9 +246,15 @@ impl Fine {
             free: Vec::new(),
             key_of,
         };
-        for (slot, &key) in fine.key_of.iter().enumerate() {
-            if key == FREE || fine.slot_of.insert(key, slot as u32).is_some() {
+        for slot in 0..fine.key_of.len() {
+            let key = fine.key_of[slot];
+            if key == FREE || fine.slot_of.contains_key(&key) {
+                // Free, or a second slot of one key (a damaged file): never
+                // scanned, reused first.
+                fine.key_of[slot] = FREE;
                 fine.free.push(slot as u32);
+            } else {
+                fine.slot_of.insert(key, slot as u32);
             }
         }
         Ok(fine)
