@@ -148,49 +148,36 @@ fn scan(
 ) -> Vec<(u32, usize)> {
     match words {
         // 512-d and 128-d: the length known, the loop unrolled.
-        8 => scan_words::<8>(codes, query, count, live),
-        2 => scan_words::<2>(codes, query, count, live),
-        _ => scan_any(codes, words, query, count, live),
+        8 => keep_nearest(codes, 8, count, live, |c| hamming::<8>(c, query)),
+        2 => keep_nearest(codes, 2, count, live, |c| hamming::<2>(c, query)),
+        _ => keep_nearest(codes, words, count, live, |c| {
+            c.iter().zip(query).map(|(a, b)| (a ^ b).count_ones()).sum()
+        }),
     }
 }
 
+/// Bits that differ between `code` and `query`, `W` words each.
 #[inline(always)]
-fn scan_words<const W: usize>(
-    codes: &[u64],
-    query: &[u64],
-    count: usize,
-    live: impl Fn(usize) -> bool,
-) -> Vec<(u32, usize)> {
-    let mut q = [0u64; W];
-    q.copy_from_slice(&query[..W]);
-    let mut kept = Kept::new(count);
-    for (slot, code) in codes.chunks_exact(W).enumerate() {
-        let mut d = 0u32;
-        for w in 0..W {
-            d += (code[w] ^ q[w]).count_ones();
-        }
-        if d < kept.bound && live(slot) {
-            kept.push(d, slot);
-        }
+fn hamming<const W: usize>(code: &[u64], query: &[u64]) -> u32 {
+    let mut d = 0u32;
+    for w in 0..W {
+        d += (code[w] ^ query[w]).count_ones();
     }
-    kept.slots()
+    d
 }
 
+/// The `count` live slots nearest by `distance`, as (distance, slot).
 #[inline(always)]
-fn scan_any(
+fn keep_nearest(
     codes: &[u64],
     words: usize,
-    query: &[u64],
     count: usize,
     live: impl Fn(usize) -> bool,
+    distance: impl Fn(&[u64]) -> u32,
 ) -> Vec<(u32, usize)> {
     let mut kept = Kept::new(count);
     for (slot, code) in codes.chunks_exact(words).enumerate() {
-        let d: u32 = code
-            .iter()
-            .zip(query)
-            .map(|(a, b)| (a ^ b).count_ones())
-            .sum();
+        let d = distance(code);
         if d < kept.bound && live(slot) {
             kept.push(d, slot);
         }
