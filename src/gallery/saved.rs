@@ -126,6 +126,9 @@ impl Saved {
     /// The saved index and its manifest, when both are there and sound;
     /// `Err` says why the file is not used (for the log).
     pub fn load(&self, metric: Metric, dim: usize) -> Result<(VectorIndex, Manifest)> {
+        // A killed writer's file goes now, even when nothing is saved: it
+        // may be a gigabyte, and hold vectors since forgotten.
+        self.remove_orphans();
         let manifest = self.manifest()?;
         let path = self.dir.join(INDEX_FILE);
         let (bytes, hash) = hash_file(&path)?;
