@@ -1,6 +1,8 @@
 //! What one ENROLL costs the gallery (staging, the SQLite transaction with
 //! its fsync, applying it in memory) in an empty gallery and in one of
 //! 10,000 entries: with a store that writes only the change, the two match.
+//! The paired figure times the FORGET of each enrollment too (its erasure,
+//! on the gallery's own thread, is not part of it but runs beside it).
 //!
 //! Group "gallery": `enroll/0` and `enroll/10000`. Each timed enrollment is
 //! forgotten again, untimed, so the gallery keeps its size. The store lives
@@ -63,34 +65,42 @@ fn gallery(dir: &Path, size: usize) -> Gallery {
     g
 }
 
-/// One timed ENROLL in `g` (then forgotten, untimed: the size stays).
-fn enroll_once(g: &Gallery, seed: u64) -> Duration {
+/// One timed ENROLL in `g`, then its FORGET (the size stays): both times.
+fn enroll_and_forget(g: &Gallery, seed: u64) -> [Duration; 2] {
     let face = embedding(seed);
     let start = Instant::now();
     let done = g.enroll("probe", face).expect("enroll");
-    let spent = start.elapsed();
+    let enrolled = Instant::now();
     assert!(done.added);
     g.forget(&["probe".to_string()], None).expect("forget");
-    spent
+    [enrolled - start, enrolled.elapsed()]
 }
 
-/// Enrollments alternating between the galleries; prints each one's median.
+fn enroll_once(g: &Gallery, seed: u64) -> Duration {
+    enroll_and_forget(g, seed)[0]
+}
+
+/// Enrollments (and their FORGET) alternating between the galleries;
+/// prints each one's medians.
 fn paired(galleries: &[(usize, Gallery)], rounds: u64) {
-    let mut times: Vec<Vec<Duration>> = galleries.iter().map(|_| Vec::new()).collect();
+    let mut times: Vec<[Vec<Duration>; 2]> = galleries.iter().map(|_| Default::default()).collect();
     for round in 0..rounds {
         for (k, (_, g)) in galleries.iter().enumerate() {
-            times[k].push(enroll_once(g, 2_000_000 + round));
+            let [enroll, forget] = enroll_and_forget(g, 2_000_000 + round);
+            times[k][0].push(enroll);
+            times[k][1].push(forget);
         }
     }
-    let medians: Vec<Duration> = times
-        .iter_mut()
-        .map(|t| {
-            t.sort();
-            t[t.len() / 2]
-        })
-        .collect();
-    for ((size, _), median) in galleries.iter().zip(&medians) {
-        println!("gallery/enroll/{size} paired: median {median:?} over {rounds} enrollments");
+    let median = |t: &mut Vec<Duration>| {
+        t.sort();
+        t[t.len() / 2]
+    };
+    let medians: Vec<Duration> = times.iter_mut().map(|t| median(&mut t[0])).collect();
+    for (((size, _), enroll), t) in galleries.iter().zip(&medians).zip(&mut times) {
+        let forget = median(&mut t[1]);
+        println!(
+            "gallery/enroll/{size} paired: median {enroll:?}, its FORGET {forget:?}, over {rounds} enrollments"
+        );
     }
     let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
     println!(

@@ -78,8 +78,14 @@ impl Gallery {
                 Err(e) => load.skipped.push((path, e.to_string())),
             }
         }
-        if !new.is_empty() || known.keys().any(|k| !keep.contains(k)) {
+        let gone = known.keys().any(|k| !keep.contains(k));
+        if !new.is_empty() || gone {
             load.cache_error = self.writer().keep_photos(&new, &keep).err();
+        }
+        if gone {
+            // A photo taken out of the folder: its cached faces, and its
+            // vector in the saved index, are erased (`erase.rs`).
+            self.live.removed();
         }
         Ok(load)
     }

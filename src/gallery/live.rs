@@ -34,6 +34,9 @@ pub(super) struct Live {
     /// Insertions and removals so far: a saved index is stale once this
     /// moves past what it was saved at.
     changes: AtomicU64,
+    /// Vectors taken out for good (forgotten, here or by another server; a
+    /// gallery image gone): the eraser's cue (`erase.rs`).
+    removals: AtomicU64,
 }
 
 impl Live {
@@ -52,11 +55,21 @@ impl Live {
             entries: RwLock::new(Entries::new(caught_up, following)),
             index,
             changes: AtomicU64::new(0),
+            removals: AtomicU64::new(0),
         }
     }
 
     pub fn changes(&self) -> u64 {
         self.changes.load(Ordering::Relaxed)
+    }
+
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Relaxed)
+    }
+
+    /// Something was removed for good that files may still hold.
+    pub fn removed(&self) {
+        self.removals.fetch_add(1, Ordering::Relaxed);
     }
 
     fn changed(&self) {
@@ -174,6 +187,7 @@ impl Live {
         for key in keys {
             self.index.remove(key)?;
             self.changed();
+            self.removed();
         }
         Ok(())
     }

@@ -12,6 +12,7 @@
 //! follower thread (`follow.rs`) applying their changes.
 
 mod entries;
+mod erase;
 pub mod folder;
 mod follow;
 pub mod index;
@@ -24,6 +25,7 @@ mod signs;
 mod split;
 pub mod store;
 mod strays;
+mod wipe;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +37,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
 use entries::Entries;
+use erase::Eraser;
 pub use folder::gallery_images;
 use follow::Following;
 use index::VectorIndex;
@@ -120,6 +123,9 @@ pub struct Restored {
     /// Vectors read from the store and inserted; stale ones removed.
     pub added: usize,
     pub removed: usize,
+    /// Of those removed, vectors of rows forgotten since the file was saved
+    /// (it is written again at once: their erasure).
+    pub forgotten: usize,
     /// Entries no graph search reaches, scanned at every search instead.
     pub strays: usize,
     /// Published to a shared store for servers that join later (its copy
@@ -142,15 +148,40 @@ pub struct Gallery {
     threshold: f32,
     max_size: usize,
     /// Held for a whole change: changes take turns, readers never wait on it.
-    store: Mutex<Box<dyn Store>>,
-    /// Shared with the follower thread, if any.
+    /// Shared with the eraser thread.
+    store: Arc<Mutex<Box<dyn Store>>>,
+    /// Shared with the follower and eraser threads.
     live: Arc<Live>,
-    /// The index's file beside the store, and `live.changes()` when last
-    /// saved or loaded.
-    saved: Saved,
-    saved_at: AtomicU64,
+    saved: Arc<Saving>,
+    /// Stopped first when the gallery is dropped (`Drop`).
+    eraser: Option<Eraser>,
     /// Declared last: dropped (stopped and joined) after nothing else needs it.
     _following: Option<Following>,
+}
+
+/// The index's file beside the store, and `live.changes()` when it was last
+/// saved or loaded.
+struct Saving {
+    file: Saved,
+    at: AtomicU64,
+}
+
+impl Saving {
+    /// Save `live`'s index, if it changed since it was last saved (or
+    /// loaded), or `always`.
+    fn save(&self, live: &Live, always: bool) -> Result<()> {
+        let changes = live.changes();
+        if !always && self.at.load(Ordering::Relaxed) == changes {
+            return Ok(());
+        }
+        let (keys, folder_keys_below) = {
+            let e = live.read();
+            (e.store_keys(), e.folder_keys_below())
+        };
+        self.file.save(&live.index, keys, folder_keys_below)?;
+        self.at.store(changes, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl Gallery {
@@ -215,13 +246,19 @@ impl Gallery {
             dim,
             threshold,
             max_size,
-            store: Mutex::new(store),
+            store: Arc::new(Mutex::new(store)),
             live,
-            saved,
-            saved_at: AtomicU64::new(if clean { 0 } else { NEVER }),
+            saved: Arc::new(Saving {
+                file: saved,
+                at: AtomicU64::new(if clean { 0 } else { NEVER }),
+            }),
+            eraser: None,
             _following: None,
         };
-        if added + restored.how.removed >= SAVE_AT_OPEN {
+        // Rows forgotten after the file was saved (a kill -9 before the
+        // eraser ran): the file still holds their vectors.
+        let forgotten = restored.how.forgotten > 0;
+        if added + restored.how.removed >= SAVE_AT_OPEN || forgotten {
             // Rebuilt or caught up a lot: keep that work even if the server
             // is killed before the model unloads, and share it.
             gallery.save_index()?;
@@ -236,34 +273,44 @@ impl Gallery {
             ),
         };
         gallery._following = following;
+        gallery.eraser = Some(gallery.start_eraser().map_err(|e| {
+            Error::unavailable(format!("gallery: cannot start its erasure thread: {e}"))
+        })?);
         Ok((gallery, opened))
     }
 
     /// Save the vector index beside the store, if it changed since it was
     /// last saved (or loaded).
     pub fn save_index(&self) -> Result<()> {
-        let changes = self.live.changes();
-        if self.saved_at.load(Ordering::Relaxed) == changes {
-            return Ok(());
-        }
-        let (keys, folder_keys_below) = {
-            let e = self.read();
-            (e.store_keys(), e.folder_keys_below())
-        };
-        self.saved.save(&self.live.index, keys, folder_keys_below)?;
-        self.saved_at.store(changes, Ordering::Relaxed);
-        Ok(())
+        self.saved.save(&self.live, false)
+    }
+
+    /// The thread that erases what removals leave in files (`erase.rs`):
+    /// the store's leftovers, then the saved index written again (removed
+    /// slots zeroed) and, for a shared store, published again.
+    fn start_eraser(&self) -> std::io::Result<Eraser> {
+        let (store, live, saved) = (self.store.clone(), self.live.clone(), self.saved.clone());
+        Eraser::start(self.live.clone(), move || {
+            let writer = || store.lock().unwrap_or_else(|e| e.into_inner());
+            writer().erase()?;
+            if saved.file.exists() {
+                // Written without the writer lock: changes go on meanwhile.
+                saved.save(&live, true)?;
+                saved.file.publish(writer().as_mut())?;
+            }
+            Ok(())
+        })
     }
 
     /// Publish the saved index to a store other servers share, when its
     /// copy there is out of date: the bytes written, or why not (a cache:
     /// a failure costs a joining server a rebuild, nothing else).
     pub fn publish_index(&self) -> Option<std::result::Result<u64, String>> {
-        if self.len() < SAVE_AT_OPEN || !self.saved.exists() {
+        if self.len() < SAVE_AT_OPEN || !self.saved.file.exists() {
             return None; // rebuilt in seconds: not worth a copy
         }
         let mut store = self.writer();
-        match self.saved.publish(store.as_mut()) {
+        match self.saved.file.publish(store.as_mut()) {
             Ok(published) => published.map(Ok),
             Err(e) => Some(Err(e.message().to_string())),
         }
@@ -581,6 +628,7 @@ impl Drop for Gallery {
     /// it changed: the next load reads it instead of rebuilding.
     fn drop(&mut self) {
         drop(self._following.take());
+        drop(self.eraser.take()); // a pending pass runs first
         if !self.read().has_stored() {
             return; // gallery images alone: rebuilt at every load anyway
         }
@@ -623,11 +671,18 @@ fn restore(
         how.from_file = true;
         let live: std::collections::HashSet<u64> =
             rows.iter().map(|r| entries::key_of(r.stamp)).collect();
-        let stale = m.keys().filter(|k| !live.contains(k));
-        for key in stale.chain(entries::FOLDER_KEYS..m.folder_keys_below) {
+        let stale: Vec<u64> = m.keys().filter(|k| !live.contains(k)).collect();
+        for key in entries::FOLDER_KEYS..m.folder_keys_below {
             if index.contains(key) {
                 index.remove(key)?;
                 how.removed += 1;
+            }
+        }
+        for key in stale {
+            if index.contains(key) {
+                index.remove(key)?;
+                how.removed += 1;
+                how.forgotten += 1;
             }
         }
     }

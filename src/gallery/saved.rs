@@ -253,7 +253,7 @@ impl Saved {
         let replace = self.published_bad.load(Ordering::Relaxed);
         if let Some(text) = store.published_manifest()?.filter(|_| !replace) {
             let theirs = self.parse(&text, "the published index");
-            if theirs.is_ok_and(|t| rows_apart(&t, &ours) < PUBLISH_AFTER) {
+            if theirs.is_ok_and(|t| rows_apart(&t, &ours) < PUBLISH_AFTER && !t.holds_gone(&ours)) {
                 return Ok(None);
             }
         }
@@ -268,6 +268,16 @@ impl Saved {
     /// The published copy could not be used (damaged, or not this owner's).
     pub fn published_bad(&self) {
         self.published_bad.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Manifest {
+    /// Whether this (published) copy holds a row `ours` no longer has, one
+    /// forgotten since (or one ours has not seen yet): a copy replaced,
+    /// so that a forgotten person's vectors do not stay in the store.
+    fn holds_gone(&self, ours: &Manifest) -> bool {
+        let ours: HashSet<u64> = ours.keys().collect();
+        self.keys().any(|k| !ours.contains(&k))
     }
 }
 

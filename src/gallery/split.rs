@@ -174,8 +174,16 @@ impl Fine {
 
     pub fn remove(&mut self, key: u64) {
         if let Some(slot) = self.slot_of.remove(&key) {
-            self.key_of[slot as usize] = FREE;
-            self.free.push(slot);
+            let slot = slot as usize;
+            self.key_of[slot] = FREE;
+            // Zeroed, not only freed: the block is saved whole, and a
+            // forgotten person's bytes must not be (`wipe.rs`).
+            self.bytes[slot * self.width..(slot + 1) * self.width].fill(0);
+            let words = signs::words(self.dim);
+            if let Some(bits) = self.signs.get_mut(slot * words..(slot + 1) * words) {
+                bits.fill(0);
+            }
+            self.free.push(slot as u32);
         }
     }
 

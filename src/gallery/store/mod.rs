@@ -235,6 +235,13 @@ pub trait Store: Send {
     /// Remember what `new` photos gave and forget every photo of this
     /// embedder whose key is not in `keep`, in one transaction.
     fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
+    /// Overwrite what removed rows left in the store's files (free pages,
+    /// journal), so that a forgotten person's embeddings are gone from disk,
+    /// not only from the tables. An error when something holds it back
+    /// (a reader of an older snapshot): the caller tries again.
+    fn erase(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// This store's own name, made when it was created: the same wherever
     /// its folder is mounted or its database reached from, and different in
     /// another store. Files kept beside it (the saved index) name it.

@@ -52,6 +52,12 @@ impl SqliteStore {
         let uid = conn
             .query_row("SELECT uid FROM store", [], |r| r.get(0))
             .map_err(sql_error)?;
+        // What a server killed before its erasure left (after a FORGET's
+        // commit, before its checkpoint) goes now; another process reading
+        // the file may hold it back until the next FORGET's erasure.
+        if let Err(e) = checkpoint(&conn) {
+            crate::triton::log::warn(&format!("gallery {}: {}", path.display(), e.message()));
+        }
         Ok(SqliteStore {
             uid,
             conn,
@@ -79,7 +85,27 @@ fn connect(path: &Path) -> Result<Connection> {
         .map_err(sql_error)?;
     conn.pragma_update(None, "foreign_keys", true)
         .map_err(sql_error)?;
+    // A deleted row's bytes are overwritten with zeros, in the page and in
+    // the free list (biometric data: FORGET must erase, docs/gallery.md).
+    conn.pragma_update(None, "secure_delete", true)
+        .map_err(sql_error)?;
     Ok(conn)
+}
+
+/// Copy the WAL into the database and truncate it: the journal's older
+/// copies of erased pages go, and the file's pages hold the zeroed ones.
+fn checkpoint(conn: &Connection) -> Result<()> {
+    let (busy, log, copied): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .map_err(sql_error)?;
+    if busy != 0 || log != copied {
+        return Err(Error::unavailable(format!(
+            "SQLite checkpoint held back by a reader ({copied} of {log} pages copied)"
+        )));
+    }
+    Ok(())
 }
 
 impl SqliteStore {
@@ -299,6 +325,10 @@ impl Store for SqliteStore {
             .map_err(sql_error)?;
         }
         tx.commit().map_err(sql_error)
+    }
+
+    fn erase(&mut self) -> Result<()> {
+        checkpoint(&self.conn)
     }
 
     fn uid(&self) -> &str {

@@ -1,0 +1,145 @@
+//! Erasure: once a person is forgotten (here, or by another server sharing
+//! the store) or a gallery image is gone, no file the model writes keeps
+//! their embeddings for long. A thread looks every second; when vectors were
+//! removed since its last pass, it runs the gallery's erasure pass: the
+//! store overwrites what the removed rows left (SQLite: zeroed pages, the
+//! WAL checkpointed and truncated), and the saved index is written again
+//! with removed slots zeroed (`wipe.rs`). FORGET does not wait for it, so
+//! its cost stays a transaction's; a failed pass is tried again each second.
+//! A pass waits for a second without removals (at most `AT_MOST` after the
+//! first): a burst of FORGETs is erased once, and the WAL, truncated by a
+//! pass, does not grow again under every commit of the burst.
+//! Stopping runs a pending pass before the thread ends, and a server killed
+//! before it ran leaves the next load to do it (`Gallery::open`).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::live::Live;
+use crate::error::Result;
+
+/// How often the thread looks for removals.
+const EVERY: Duration = Duration::from_secs(1);
+/// The longest a removal waits for its erasure while others keep coming.
+const AT_MOST: Duration = Duration::from_secs(20);
+
+/// The running thread: dropping it stops it (after a pending pass).
+pub struct Eraser {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Eraser {
+    /// Run `pass` once `live`'s removals paused for a second.
+    pub fn start(
+        live: Arc<Live>,
+        mut pass: impl FnMut() -> Result<()> + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::Builder::new()
+            .name("gallery-erase".into())
+            .spawn(move || {
+                let mut due = Due::new(live.removals());
+                loop {
+                    let last =
+                        !matches!(stopped.recv_timeout(EVERY), Err(RecvTimeoutError::Timeout));
+                    if let Some(removals) = due.check(live.removals(), last) {
+                        due.ran(removals, run(&mut pass), last);
+                    }
+                    if last {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Eraser {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// When a pass is due: removals not erased yet, and none for a second (or
+/// `AT_MOST` since the first, or the thread stopping).
+struct Due {
+    erased: u64,
+    seen: u64,
+    since: Option<Instant>,
+    failing: bool,
+}
+
+impl Due {
+    fn new(removals: u64) -> Self {
+        Due {
+            erased: removals,
+            seen: removals,
+            since: None,
+            failing: false,
+        }
+    }
+
+    /// The removals a pass now would erase, if one is due.
+    fn check(&mut self, removals: u64, last: bool) -> Option<u64> {
+        let quiet = removals == self.seen;
+        self.seen = removals;
+        if removals == self.erased {
+            self.since = None;
+            return None;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        (quiet || last || since.elapsed() >= AT_MOST).then_some(removals)
+    }
+
+    /// A failed pass is tried again at the next look, and said once.
+    fn ran(&mut self, removals: u64, done: std::result::Result<(), String>, last: bool) {
+        match done {
+            Ok(()) => (self.erased, self.since, self.failing) = (removals, None, false),
+            Err(why) if !self.failing || last => {
+                crate::triton::log::warn(&format!(
+                    "gallery: erasure not done yet, tried again each second: {why}"
+                ));
+                self.failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One pass; a panic is an error like any other (the thread goes on).
+fn run(pass: &mut impl FnMut() -> Result<()>) -> std::result::Result<(), String> {
+    match catch_unwind(AssertUnwindSafe(pass)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.message().to_string()),
+        Err(_) => Err("the pass panicked".into()),
+    }
+}
+
+impl Drop for Eraser {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Due;
+
+    #[test]
+    fn a_pass_waits_for_a_quiet_second_and_retries_until_done() {
+        let mut due = Due::new(0);
+        assert_eq!(due.check(0, false), None, "nothing removed");
+        assert_eq!(due.check(3, false), None, "removals still coming");
+        assert_eq!(due.check(5, false), None);
+        assert_eq!(due.check(5, false), Some(5), "a quiet second");
+        due.ran(5, Err("busy".into()), false);
+        assert_eq!(due.check(5, false), Some(5), "tried again");
+        due.ran(5, Ok(()), false);
+        assert_eq!(due.check(5, false), None, "erased");
+        assert_eq!(due.check(6, true), Some(6), "stopping: at once");
+    }
+}
