@@ -21,7 +21,9 @@
 # Runs scripts/setup.sh and scripts/build.sh first (quick when done); downloads, once, into
 # assets/gpu/: onnxruntime-gpu's libraries (scripts/gpu_assets.tsv) and the client wheels
 # (scripts/gpu_check/requirements.txt). Takes about 3 minutes on 2 cores, most of it xz.
-# Environment: GPU_BUNDLE_XZ="-6" (xz's preset; -0 for a quick, bigger bundle in tests).
+# Environment: GPU_BUNDLE_XZ="-6" (xz's preset; -0 for a quick, bigger bundle in tests);
+# GPU_BUNDLE_CUDA_PROVIDER=0 leaves out onnxruntime's CUDA provider (271 MB, most of the
+# packing time): a bundle for `gpu_check.sh --cpu` only, as the suite checks it.
 set -euo pipefail
 
 # shellcheck disable=SC2034  # read by lib.sh
@@ -86,7 +88,13 @@ mkdir -p "$B"
 
 log "backend: libtriton_face.so, its libraries, onnxruntime-gpu"
 bash scripts/portable_lib.sh --out "$B/backends/face"
-install -m 0644 "$GPU_ASSETS"/onnxruntime/* "$B/backends/face/"
+for lib in "$GPU_ASSETS"/onnxruntime/*; do
+    if [ "${GPU_BUNDLE_CUDA_PROVIDER:-1}" = 0 ] && [[ $lib == *providers_cuda* ]]; then
+        log "left out (GPU_BUNDLE_CUDA_PROVIDER=0, a bundle for gpu_check.sh --cpu): ${lib##*/}"
+        continue
+    fi
+    install -m 0644 "$lib" "$B/backends/face/"
+done
 
 log "tritonserver and its libraries"
 server_dir="$(dirname "$(dirname "$TRITONSERVER")")"

@@ -87,6 +87,8 @@ if [ "$CPU" = 0 ]; then
         [ -n "$found" ] || missing+=("$soname")
     done
     [ ${#missing[@]} -eq 0 ] || fail "missing ${missing[*]}: pass --cuda-libs SITE_PACKAGES (where pip put the nvidia-* CUDA 13 wheels) or put them on LD_LIBRARY_PATH"
+    [ -e "$HERE/backends/face/libonnxruntime_providers_cuda.so" ] ||
+        fail "this bundle has no CUDA provider (built with GPU_BUNDLE_CUDA_PROVIDER=0, for --cpu only): build it again without"
     echo "onnxruntime's CUDA provider resolves:"
     LD_LIBRARY_PATH="$HERE/backends/face:$LD_LIBRARY_PATH" ldd "$HERE/backends/face/libonnxruntime_providers_cuda.so" |
         grep -E 'cu|not found' || true
