@@ -3,7 +3,8 @@ file under the model folder holds the person's embedding in any form the model w
 store's f32, the saved index's i8 and fine bytes for the ONNX engine's cosine gallery, f16 for
 dlib's), within seconds, after the server stops, and after a kill -9 right after the FORGET
 (the next load erases). A photo taken out of the gallery folder loses its cached embedding and
-its vector at the next load. With PostgreSQL, the operator's `VACUUM FULL` (docs/gallery.md)
+its vector at the next load. `retention_days` expires enrollments on their own, while running
+and at load, erased and recorded the same way. With PostgreSQL, the operator's `VACUUM FULL` (docs/gallery.md)
 leaves no copy in the table's files. Each check first finds the bytes where they were written,
 so a scan that cannot find anything fails rather than passes."""
 
@@ -17,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from face_client import forget, infer_encoded, names
+from face_client import forget, infer_encoded, list_people, names
 from postgres_server import SUITE_DB
+from triton_server import TritonServer
 
 # The gallery's two forms (cosine i8, Euclidean f16); tract's gallery is the ONNX engine's.
 pytestmark = pytest.mark.engines("onnx", "dlib")
@@ -130,7 +132,8 @@ def test_a_photo_out_of_the_folder_is_erased(start_server, engine, photos):
     print(f"{engine.name}: the folder photo erased {took:.1f} s after the load")
 
 
-def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engine, photos):
+def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engine, photos,
+                                                   suite_env, tmp_path):
     """FORGET deletes the rows at once; their bytes stay in the table's files (a dead tuple, a
     TOAST chunk for 512-d) until the operator's VACUUM FULL rewrites the table."""
     server = start_server(gallery={},
@@ -156,3 +159,47 @@ def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engin
     postgres.sql("VACUUM FULL triton_face.enrollments", SUITE_DB)
     assert not in_tables()
     assert names(infer_encoded(client, [photos.bytes("biden.jpg")])[0]) == ["biden"]
+
+    # retention_days is the SQLite store's for now: refused at load, saying so.
+    refused = TritonServer(suite_env, tmp_path / "repo", engine=engine.name, gallery={},
+                           params={"gallery_store": "postgres", "retention_days": "30",
+                                   "gallery_name": f"erase_{engine.name}"},
+                           env={"FACE_GALLERY_DSN": postgres.dsn(SUITE_DB, "erase")})
+    log = refused.start_expecting_exit()
+    assert "retention_days: not available with postgres" in log, log
+
+
+# 0.00005 days = 4.3 s, checked every second (a tenth of the period, at least 1 s, at most 60).
+RETENTION_DAYS = "0.00005"
+RETENTION_S = 0.00005 * 86_400
+
+
+@pytest.mark.engines("onnx")  # the store's rule, the same for every engine
+def test_retention_expires_erases_and_records(start_server, engine, photos):
+    server = start_server(gallery={}, params={"retention_days": RETENTION_DAYS})
+    client = server.http()
+    [ack] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll="obama")
+    enrolled = time.monotonic()
+    assert ack["enrolled"]["added"], ack
+    assert names(infer_encoded(client, [photos.bytes("obama2.jpg")])[0]) == ["obama"]
+    obama = _forms(_enrolled(server.gallery_dir, "obama"), engine.name)
+    assert _found(server.model_dir, obama)["f32"], "the scan finds the enrolled row"
+
+    while names(infer_encoded(client, [photos.bytes("obama2.jpg")])[0]) == ["obama"]:
+        assert time.monotonic() - enrolled < RETENTION_S + 10, "not expired"
+        time.sleep(0.2)
+    assert time.monotonic() - enrolled >= RETENTION_S - 0.5, "expired too early"
+    _wait_erased(server, obama)
+    changes = list_people(client, parameters={"changes": True})["changes"]
+    assert {k: changes[0][k] for k in ("operation", "name", "count", "key")} == \
+        {"operation": "expire", "name": "obama", "count": 1, "key": None}, changes
+
+    # Expired at load: enrolled, the server stopped, started again after the period.
+    [ack] = infer_encoded(client, [photos.bytes("biden.jpg")], enroll="biden")
+    enrolled = time.monotonic()
+    server.stop()
+    time.sleep(max(0.0, RETENTION_S + 0.5 - (time.monotonic() - enrolled)))
+    server.start()
+    assert "retention_days = 0.00005: 1 enrollments expired at load" in server.log_text()
+    people = list_people(server.http(), parameters={"changes": True})
+    assert people["gallery_size"] == 0 and people["changes"][0]["name"] == "biden", people

@@ -235,6 +235,7 @@ impl Settings {
             min_face_size: 0,
             batch_threads: 0,
             max_gallery_size: 0,
+            retention_days: None,
             return_embeddings: false,
             batched: false,
             sequence: None,

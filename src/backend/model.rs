@@ -8,7 +8,7 @@ use crate::backend::access::Access;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MMOD_FILE, RESNET_FILE, SHAPE5_FILE};
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gallery::store::{self, Identity};
 use crate::gallery::{Gallery, Opened};
 use crate::pipeline::image::frame_from_encoded;
@@ -92,9 +92,17 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
         .match_threshold
         .unwrap_or_else(|| metric.usual_threshold());
     let max = settings.max_gallery_size;
-    let (gallery, opened) =
+    let (mut gallery, opened) =
         Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;
     log_opened(name, &identity, &opened);
+    if let Some(days) = settings.retention_days {
+        let retention = std::time::Duration::try_from_secs_f64(days * 86_400.0)
+            .map_err(|_| Error::invalid(format!("retention_days = {days}: too long")))?;
+        let expired = gallery.keep_for(retention)?;
+        log::info(&format!(
+            "model '{name}': retention_days = {days}: {expired} enrollments expired at load"
+        ));
+    }
     let from_images = load_gallery_images(name, &gallery, engine, settings)?;
     log::info(&format!(
         "model '{name}': engine {}; gallery {} with {from_images} people from images \

@@ -366,6 +366,20 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| positive(v).map(|n| d.settings.max_gallery_size = n),
     },
     Parameter {
+        name: "retention_days",
+        kind: Kind::PositiveNumber,
+        default: Default::Unset("kept until `FORGET`"),
+        meaning: "enrollments older than this many days (a decimal number) are forgotten on \
+                  their own: at load and at least once a minute, erased like a `FORGET` and \
+                  recorded as `expire` changes (SQLite stores; docs/gallery.md)",
+        section: Section::General,
+        apply: |d, v| {
+            positive::<f64>(v)
+                .filter(|days| days.is_finite())
+                .map(|days| d.settings.retention_days = Some(days))
+        },
+    },
+    Parameter {
         name: "return_embeddings",
         kind: Kind::Bool,
         default: Default::Value("false"),

@@ -36,6 +36,8 @@ pub struct Settings {
     /// Threads (each with its own engine) an Execute spreads its images over.
     pub batch_threads: usize,
     pub max_gallery_size: usize,
+    /// Enrollments older than this many days expire on their own.
+    pub retention_days: Option<f64>,
     pub return_embeddings: bool,
     /// Whether inputs carry a leading batch dimension (max_batch_size > 0).
     pub batched: bool,

@@ -125,6 +125,24 @@ impl Entries {
             .collect()
     }
 
+    /// Remove these stored enrollments (expired): the keys that were here.
+    pub fn remove_stored(&mut self, stamps: &[Stamp]) -> Vec<u64> {
+        let mut gone = Vec::new();
+        for key in stamps.iter().map(|s| key_of(*s)) {
+            let Some(entry) = self.by_key.remove(&key) else {
+                continue;
+            };
+            if let Some(keys) = self.by_name.get_mut(&entry.name) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    self.by_name.remove(&entry.name);
+                }
+            }
+            gone.push(key);
+        }
+        gone
+    }
+
     /// Whether any entry comes from the store.
     pub fn has_stored(&self) -> bool {
         self.by_key.values().any(|e| e.stamp().is_some())

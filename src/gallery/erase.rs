@@ -11,6 +11,9 @@
 //! pass, does not grow again under every commit of the burst.
 //! Stopping runs a pending pass before the thread ends, and a server killed
 //! before it ran leaves the next load to do it (`Gallery::open`).
+//!
+//! With `retention_days`, the same thread expires old enrollments now and
+//! then (`Expiry`); what expires is erased by the next pass.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -26,6 +29,13 @@ const EVERY: Duration = Duration::from_secs(1);
 /// The longest a removal waits for its erasure while others keep coming.
 const AT_MOST: Duration = Duration::from_secs(20);
 
+/// Old enrollments forgotten on their own: `run` every `every`, the count
+/// it removed.
+pub struct Expiry {
+    pub every: Duration,
+    pub run: Box<dyn FnMut() -> Result<usize> + Send>,
+}
+
 /// The running thread: dropping it stops it (after a pending pass).
 pub struct Eraser {
     stop: Option<mpsc::Sender<()>>,
@@ -33,17 +43,24 @@ pub struct Eraser {
 }
 
 impl Eraser {
-    /// Run `pass` once `live`'s removals paused for a second.
+    /// Run `pass` once `live`'s removals paused for a second, and `expiry`
+    /// as often as it says.
     pub fn start(
         live: Arc<Live>,
         mut pass: impl FnMut() -> Result<()> + Send + 'static,
+        mut expiry: Option<Expiry>,
     ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = thread::Builder::new()
             .name("gallery-erase".into())
             .spawn(move || {
                 let mut due = Due::new(live.removals());
+                let mut next_expiry = Instant::now();
                 loop {
+                    if let Some(e) = expiry.as_mut().filter(|_| Instant::now() >= next_expiry) {
+                        expire(&mut e.run);
+                        next_expiry = Instant::now() + e.every;
+                    }
                     let last =
                         !matches!(stopped.recv_timeout(EVERY), Err(RecvTimeoutError::Timeout));
                     if let Some(removals) = due.check(live.removals(), last) {
@@ -104,6 +121,17 @@ impl Due {
             }
             Err(_) => {}
         }
+    }
+}
+
+fn expire(run: &mut Box<dyn FnMut() -> Result<usize> + Send>) {
+    match catch_unwind(AssertUnwindSafe(run)) {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => crate::triton::log::info(&format!(
+            "gallery: {n} enrollments older than retention_days expired"
+        )),
+        Ok(Err(e)) => crate::triton::log::warn(&format!("gallery: expiry failed: {}", e.message())),
+        Err(_) => crate::triton::log::warn("gallery: expiry panicked"),
     }
 }
 

@@ -132,6 +132,12 @@ impl Live {
         self.drop_vectors(gone)
     }
 
+    /// Enrollments this server expired (`retention_days`), just committed.
+    pub fn expire(&self, stamps: &[super::store::Stamp]) -> Result<()> {
+        let gone = self.write().remove_stored(stamps);
+        self.drop_vectors(gone)
+    }
+
     /// Other servers' changes; enrollments beyond `max` entries are refused.
     /// On an error the caller reads the same changes again: what was applied
     /// is recognised by id and not applied twice.

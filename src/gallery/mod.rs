@@ -31,13 +31,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::pipeline::Metric;
 use entries::Entries;
-use erase::Eraser;
+use erase::{Eraser, Expiry};
 pub use folder::gallery_images;
 use follow::Following;
 use index::VectorIndex;
@@ -273,9 +274,7 @@ impl Gallery {
             ),
         };
         gallery._following = following;
-        gallery.eraser = Some(gallery.start_eraser().map_err(|e| {
-            Error::unavailable(format!("gallery: cannot start its erasure thread: {e}"))
-        })?);
+        gallery.eraser = Some(gallery.start_eraser(None)?);
         Ok((gallery, opened))
     }
 
@@ -288,9 +287,9 @@ impl Gallery {
     /// The thread that erases what removals leave in files (`erase.rs`):
     /// the store's leftovers, then the saved index written again (removed
     /// slots zeroed) and, for a shared store, published again.
-    fn start_eraser(&self) -> std::io::Result<Eraser> {
+    fn start_eraser(&self, expiry: Option<Expiry>) -> Result<Eraser> {
         let (store, live, saved) = (self.store.clone(), self.live.clone(), self.saved.clone());
-        Eraser::start(self.live.clone(), move || {
+        let pass = move || {
             let writer = || store.lock().unwrap_or_else(|e| e.into_inner());
             writer().erase()?;
             if saved.file.exists() {
@@ -299,7 +298,30 @@ impl Gallery {
                 saved.file.publish(writer().as_mut())?;
             }
             Ok(())
+        };
+        Eraser::start(self.live.clone(), pass, expiry).map_err(|e| {
+            Error::unavailable(format!("gallery: cannot start its erasure thread: {e}"))
         })
+    }
+
+    /// Forget on their own the enrollments older than `retention`: now (at
+    /// load), then on the erasure thread, at least once a minute, each
+    /// expiry recorded as a change. How many expired now.
+    pub fn keep_for(&mut self, retention: Duration) -> Result<usize> {
+        let (store, live) = (self.store.clone(), self.live.clone());
+        let run = move || {
+            let before = store::now_ms().saturating_sub(retention.as_millis() as i64);
+            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let stamps = store.expire(before)?;
+            live.expire(&stamps)?;
+            Ok(stamps.len())
+        };
+        let now = run()?;
+        drop(self.eraser.take());
+        let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let run = Box::new(run);
+        self.eraser = Some(self.start_eraser(Some(Expiry { every, run }))?);
+        Ok(now)
     }
 
     /// Publish the saved index to a store other servers share, when its

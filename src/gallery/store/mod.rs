@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use self::postgres::PgSettings;
-use crate::error::Result;
+use crate::error::{Error, Result};
 pub use identity::Identity;
 
 /// The `gallery_store` model parameter.
@@ -130,6 +130,8 @@ pub struct Named {
 pub enum Operation {
     Enroll,
     Forget,
+    /// Removed by `retention_days`.
+    Expire,
 }
 
 impl Operation {
@@ -137,11 +139,12 @@ impl Operation {
         match self {
             Operation::Enroll => "enroll",
             Operation::Forget => "forget",
+            Operation::Expire => "expire",
         }
     }
 
     pub fn parse(s: &str) -> Option<Operation> {
-        [Operation::Enroll, Operation::Forget]
+        [Operation::Enroll, Operation::Forget, Operation::Expire]
             .into_iter()
             .find(|o| o.as_str() == s)
     }
@@ -235,6 +238,15 @@ pub trait Store: Send {
     /// Remember what `new` photos gave and forget every photo of this
     /// embedder whose key is not in `keep`, in one transaction.
     fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
+    /// Remove every enrollment (of every embedder) made before `before_ms`
+    /// (Unix milliseconds), recording each name's expiry as a change, in
+    /// one transaction; this embedder's removed rows.
+    fn expire(&mut self, _before_ms: i64) -> Result<Vec<Stamp>> {
+        Err(Error::unavailable(format!(
+            "retention_days: not available with {} yet (SQLite stores only)",
+            self.describe()
+        )))
+    }
     /// Overwrite what removed rows left in the store's files (free pages,
     /// journal), so that a forgotten person's embeddings are gone from disk,
     /// not only from the tables. An error when something holds it back

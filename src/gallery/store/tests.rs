@@ -102,6 +102,31 @@ fn an_add_is_all_or_nothing() {
 }
 
 #[test]
+fn expire_removes_every_embedders_old_rows_and_records_each_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dlib = open_as(tmp.path(), "dlib");
+    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)], &[])
+        .unwrap();
+    open_as(tmp.path(), "onnx")
+        .add(&[pair("a", 5.0)], &[])
+        .unwrap();
+    assert!(dlib.expire(0).unwrap().is_empty(), "nothing that old");
+    let expired = dlib.expire(super::now_ms() + 1_000).unwrap();
+    assert_eq!(expired.len(), 3, "this embedder's rows: {expired:?}");
+    assert!(names(&mut open_as(tmp.path(), "onnx")).is_empty());
+    let records = dlib.changes(10).unwrap();
+    let expiries: Vec<(String, usize)> = records
+        .iter()
+        .map(|r| (r.change.name.clone(), r.change.count))
+        .collect();
+    assert!(records
+        .iter()
+        .all(|r| r.change.operation == super::Operation::Expire));
+    assert_eq!(expiries.len(), 2, "{expiries:?}");
+    assert!(expiries.contains(&("a".into(), 3)) && expiries.contains(&("b".into(), 1)));
+}
+
+#[test]
 fn forget_removes_every_embedders_rows_and_logs_it() {
     let tmp = tempfile::tempdir().unwrap();
     let mut dlib = open_as(tmp.path(), "dlib");

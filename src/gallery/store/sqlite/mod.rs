@@ -327,6 +327,48 @@ impl Store for SqliteStore {
         tx.commit().map_err(sql_error)
     }
 
+    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_error)?;
+        let rows: Vec<(i64, i64, String)> = tx
+            .prepare("SELECT id, embedder, name FROM enrollments WHERE enrolled_at_ms < ?1")
+            .and_then(|mut s| {
+                s.query_map([before_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .map_err(sql_error)?;
+        let mut per_name: std::collections::BTreeMap<&str, (i64, usize)> = Default::default();
+        for (id, _, name) in &rows {
+            let (last, count) = per_name.entry(name).or_default();
+            (*last, *count) = ((*last).max(*id), *count + 1);
+        }
+        tx.execute(
+            "DELETE FROM enrollments WHERE enrolled_at_ms < ?1",
+            [before_ms],
+        )
+        .map_err(sql_error)?;
+        for (name, (last, count)) in per_name {
+            tx.execute(
+                "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![self.embedder, name, last, count as i64, now_ms()],
+            )
+            .map_err(sql_error)?;
+            let change = Change {
+                operation: Operation::Expire,
+                name: name.to_string(),
+                count,
+                by: None,
+            };
+            record(&tx, &change)?;
+        }
+        tx.commit().map_err(sql_error)?;
+        let ours = rows.into_iter().filter(|(_, e, _)| *e == self.embedder);
+        Ok(ours.map(|(id, _, _)| Stamp { id, change: id }).collect())
+    }
+
     fn erase(&mut self) -> Result<()> {
         checkpoint(&self.conn)
     }
