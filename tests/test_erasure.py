@@ -197,9 +197,12 @@ def test_retention_expires_erases_and_records(start_server, engine, photos):
     # Expired at load: enrolled, the server stopped, started again after the period.
     [ack] = infer_encoded(client, [photos.bytes("biden.jpg")], enroll="biden")
     enrolled = time.monotonic()
-    server.stop()
+    server.stop()  # the index saved with biden in it
+    biden = _forms(_enrolled(server.gallery_dir, "biden"), engine.name)
+    _assert_everywhere(server, biden)
     time.sleep(max(0.0, RETENTION_S + 0.5 - (time.monotonic() - enrolled)))
     server.start()
     assert "retention_days = 0.00005: 1 enrollments expired at load" in server.log_text()
+    _wait_erased(server, biden)
     people = list_people(server.http(), parameters={"changes": True})
     assert people["gallery_size"] == 0 and people["changes"][0]["name"] == "biden", people

@@ -51,10 +51,12 @@ impl Eraser {
         mut expiry: Option<Expiry>,
     ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
+        // Read now, not in the thread: a removal between the two (an expiry
+        // at load) is then the thread's to erase.
+        let mut due = Due::new(live.removals());
         let thread = thread::Builder::new()
             .name("gallery-erase".into())
             .spawn(move || {
-                let mut due = Due::new(live.removals());
                 let mut next_expiry = Instant::now();
                 loop {
                     if let Some(e) = expiry.as_mut().filter(|_| Instant::now() >= next_expiry) {

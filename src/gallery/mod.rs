@@ -310,7 +310,8 @@ impl Gallery {
     pub fn keep_for(&mut self, retention: Duration) -> Result<usize> {
         let (store, live) = (self.store.clone(), self.live.clone());
         let run = move || {
-            let before = store::now_ms().saturating_sub(retention.as_millis() as i64);
+            let kept = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+            let before = store::now_ms().saturating_sub(kept);
             let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
             let stamps = store.expire(before)?;
             live.expire(&stamps)?;

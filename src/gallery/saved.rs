@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -162,8 +162,14 @@ impl Saved {
 
     /// A temporary file for `name`, named per process: two servers on one
     /// folder never write one file.
+    /// Per save, not only per process: two galleries of one folder in one
+    /// server (a model reloaded: the old instance saves as it unloads while
+    /// the new one may save too) never write the same file.
     fn tmp(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.{}.tmp", std::process::id()))
+        static SAVES: AtomicU64 = AtomicU64::new(0);
+        let n = SAVES.fetch_add(1, Ordering::Relaxed);
+        self.dir
+            .join(format!("{name}.{}.{n}.tmp", std::process::id()))
     }
 
     /// Write `index` holding `keys` (and gallery-image keys below
@@ -307,14 +313,14 @@ impl Saved {
     }
 }
 
-/// The writer's pid in a temporary file's name (`gallery.index.<pid>.tmp`).
+/// The writer's pid in a temporary file's name (`gallery.index.<pid>.<n>.tmp`).
 fn orphan_pid(name: &str) -> Option<u32> {
     [INDEX_FILE, MANIFEST_FILE].iter().find_map(|f| {
         let middle = name
             .strip_prefix(f)?
             .strip_prefix('.')?
             .strip_suffix(".tmp")?;
-        middle.parse().ok()
+        middle.split('.').next()?.parse().ok()
     })
 }
 

@@ -258,8 +258,10 @@ impl Fine {
             let key = fine.key_of[slot];
             if key == FREE || fine.slot_of.contains_key(&key) {
                 // Free, or a second slot of one key (a damaged file): never
-                // scanned, reused first.
+                // scanned, reused first; zeroed (a file of an older build
+                // kept a removed vector's bytes).
                 fine.key_of[slot] = FREE;
+                fine.bytes[slot * fine.width..(slot + 1) * fine.width].fill(0);
                 fine.free.push(slot as u32);
             } else {
                 fine.slot_of.insert(key, slot as u32);
