@@ -48,9 +48,14 @@ def pytest_configure(config):
     )
 
 
-# The longest modules first: with two workers taking whole modules in collection order, a
-# long module collected last would run alone at the end.
-LONGEST_FIRST = ("test_gallery_scale.py", "test_gpu_bundle.py", "test_fleet_join.py")
+# The longest modules first (module times of one run, docs/development.md): with two workers
+# taking whole modules in collection order, a long module collected last would run alone at
+# the end. The two CPU-bound ones are kept apart (each takes twice as long beside the other).
+LONGEST_FIRST = (
+    "test_gallery_scale.py", "test_app.py", "test_gpu_bundle.py", "test_manage.py",
+    "test_sequence.py", "test_gallery.py", "test_face_options.py", "test_erasure.py",
+    "test_folder_cache.py", "test_fleet_join.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
