@@ -115,6 +115,14 @@ def test_forget_erases_every_copy(start_server, engine, photos):
     assert not any(_found(server.model_dir, biden).values()), _found(server.model_dir, biden)
     assert names(infer_encoded(server.http(), [photos.bytes("biden.jpg")])[0]) == ["unknown"]
 
+    # Stopped right after an acknowledged FORGET: the pass runs before the server exits.
+    other = _forms(_enrolled(server.gallery_dir, "other"), engine.name)
+    assert _found(server.model_dir, other)["f32"], "the scan finds the enrolled row"
+    [gone] = forget(server.http(), "other")
+    assert gone["forgotten"]["removed"] == 1
+    server.stop()
+    assert not any(_found(server.model_dir, other).values()), _found(server.model_dir, other)
+
 
 def test_a_photo_out_of_the_folder_is_erased(start_server, engine, photos):
     server = start_server(gallery={"obama.jpg": photos.path("obama.jpg")})
