@@ -126,23 +126,22 @@ impl Due {
     }
 }
 
-fn expire(run: &mut Box<dyn FnMut() -> Result<usize> + Send>) {
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(0)) => {}
-        Ok(Ok(n)) => crate::triton::log::info(&format!(
+fn expire(expiry: &mut Box<dyn FnMut() -> Result<usize> + Send>) {
+    match run(expiry) {
+        Ok(0) => {}
+        Ok(n) => crate::triton::log::info(&format!(
             "gallery: {n} enrollments older than retention_days expired"
         )),
-        Ok(Err(e)) => crate::triton::log::warn(&format!("gallery: expiry failed: {}", e.message())),
-        Err(_) => crate::triton::log::warn("gallery: expiry panicked"),
+        Err(why) => crate::triton::log::warn(&format!("gallery: expiry failed: {why}")),
     }
 }
 
-/// One pass; a panic is an error like any other (the thread goes on).
-fn run(pass: &mut impl FnMut() -> Result<()>) -> std::result::Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(pass)) {
-        Ok(Ok(())) => Ok(()),
+/// One pass or expiry; a panic is an error like any other (the thread goes on).
+fn run<T>(work: &mut impl FnMut() -> Result<T>) -> std::result::Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(work)) {
+        Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(e.message().to_string()),
-        Err(_) => Err("the pass panicked".into()),
+        Err(_) => Err("it panicked".into()),
     }
 }
 

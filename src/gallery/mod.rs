@@ -290,12 +290,11 @@ impl Gallery {
     fn start_eraser(&self, expiry: Option<Expiry>) -> Result<Eraser> {
         let (store, live, saved) = (self.store.clone(), self.live.clone(), self.saved.clone());
         let pass = move || {
-            let writer = || store.lock().unwrap_or_else(|e| e.into_inner());
-            writer().erase()?;
+            locked(&store).erase()?;
             if saved.file.exists() {
                 // Written without the writer lock: changes go on meanwhile.
                 saved.save(&live, true)?;
-                saved.file.publish(writer().as_mut())?;
+                saved.file.publish(locked(&store).as_mut())?;
             }
             Ok(())
         };
@@ -312,7 +311,7 @@ impl Gallery {
         let run = move || {
             let kept = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
             let before = store::now_ms().saturating_sub(kept);
-            let mut store = store.lock().unwrap_or_else(|e| e.into_inner());
+            let mut store = locked(&store);
             let stamps = store.expire(before)?;
             live.expire(&stamps)?;
             Ok(stamps.len())
@@ -343,10 +342,8 @@ impl Gallery {
         self.live.read()
     }
 
-    /// The writer lock. A panic inside a store call drops its transaction
-    /// (rolled back), so a poisoned one is safe too.
     fn writer(&self) -> MutexGuard<'_, Box<dyn Store>> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+        locked(&self.store)
     }
 
     pub fn metric(&self) -> Metric {
@@ -662,6 +659,12 @@ impl Drop for Gallery {
             crate::triton::log::warn(&format!("gallery: index not published: {why}"));
         }
     }
+}
+
+/// The writer lock. A panic inside a store call drops its transaction
+/// (rolled back), so a poisoned one is safe too.
+fn locked(store: &Mutex<Box<dyn Store>>) -> MutexGuard<'_, Box<dyn Store>> {
+    store.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The index to start from, and what the store must still give it.

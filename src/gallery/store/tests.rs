@@ -101,15 +101,20 @@ fn an_add_is_all_or_nothing() {
     assert!(names(&mut open_as(tmp.path(), "dlib")).is_empty());
 }
 
+/// A store in `dir` where dlib enrolled a twice and b, and onnx a once
+/// (the last row's id): dlib's store.
+fn two_embedders(dir: &Path) -> (SqliteStore, i64) {
+    let mut dlib = open_as(dir, "dlib");
+    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)], &[])
+        .unwrap();
+    let onnx = open_as(dir, "onnx").add(&[pair("a", 5.0)], &[]).unwrap();
+    (dlib, onnx[0].id)
+}
+
 #[test]
 fn expire_removes_every_embedders_old_rows_and_records_each_name() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut dlib = open_as(tmp.path(), "dlib");
-    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)], &[])
-        .unwrap();
-    open_as(tmp.path(), "onnx")
-        .add(&[pair("a", 5.0)], &[])
-        .unwrap();
+    let (mut dlib, _) = two_embedders(tmp.path());
     assert!(dlib.expire(0).unwrap().is_empty(), "nothing that old");
     let expired = dlib.expire(super::now_ms() + 1_000).unwrap();
     assert_eq!(expired.len(), 3, "this embedder's rows: {expired:?}");
@@ -129,13 +134,7 @@ fn expire_removes_every_embedders_old_rows_and_records_each_name() {
 #[test]
 fn forget_removes_every_embedders_rows_and_logs_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut dlib = open_as(tmp.path(), "dlib");
-    dlib.add(&[pair("a", 0.0), pair("a", 1.0), pair("b", 2.0)], &[])
-        .unwrap();
-    let last = open_as(tmp.path(), "onnx")
-        .add(&[pair("a", 5.0)], &[])
-        .unwrap()[0]
-        .id;
+    let (mut dlib, last) = two_embedders(tmp.path());
     let names_ = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let forgot = dlib.forget(&names_(&["a", "a", "zed"]), None).unwrap();
     assert_eq!(
