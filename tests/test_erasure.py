@@ -4,7 +4,8 @@ store's f32, the saved index's i8 and fine bytes for the ONNX engine's cosine ga
 dlib's), within seconds, after the server stops, and after a kill -9 right after the FORGET
 (the next load erases). A photo taken out of the gallery folder loses its cached embedding and
 its vector at the next load. `retention_days` expires enrollments on their own, while running
-and at load, erased and recorded the same way. With PostgreSQL, the operator's `VACUUM FULL` (docs/gallery.md)
+and at load, erased and recorded the same way; on a PostgreSQL fleet the servers without it follow
+the expiry of one with it. With PostgreSQL, the operator's `VACUUM FULL` (docs/gallery.md)
 leaves no copy in the table's files. Each check first finds the bytes where they were written,
 so a scan that cannot find anything fails rather than passes."""
 
@@ -18,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from face_client import forget, infer_encoded, list_people, names
+from face_client import forget, infer_encoded, list_people, names, people
 from postgres_server import SUITE_DB
-from triton_server import TritonServer
 
 # The gallery's two forms (cosine i8, Euclidean f16); tract's gallery is the ONNX engine's.
 pytestmark = pytest.mark.engines("onnx", "dlib")
@@ -140,8 +140,7 @@ def test_a_photo_out_of_the_folder_is_erased(start_server, engine, photos):
     print(f"{engine.name}: the folder photo erased {took:.1f} s after the load")
 
 
-def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engine, photos,
-                                                   suite_env, tmp_path):
+def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engine, photos):
     """FORGET deletes the rows at once; their bytes stay in the table's files (a dead tuple, a
     TOAST chunk for 512-d) until the operator's VACUUM FULL rewrites the table."""
     server = start_server(gallery={},
@@ -168,13 +167,6 @@ def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engin
     assert not in_tables()
     assert names(infer_encoded(client, [photos.bytes("biden.jpg")])[0]) == ["biden"]
 
-    # retention_days is the SQLite store's for now: refused at load, saying so.
-    refused = TritonServer(suite_env, tmp_path / "repo", engine=engine.name, gallery={},
-                           params={"gallery_store": "postgres", "retention_days": "30",
-                                   "gallery_name": f"erase_{engine.name}"},
-                           env={"FACE_GALLERY_DSN": postgres.dsn(SUITE_DB, "erase")})
-    log = refused.start_expecting_exit()
-    assert "retention_days: not available with postgres" in log, log
 
 
 # 0.00005 days = 4.3 s, checked every second (a tenth of the period, at least 1 s, at most 60).
@@ -214,3 +206,49 @@ def test_retention_expires_erases_and_records(start_server, engine, photos):
     _wait_erased(server, biden)
     people = list_people(server.http(), parameters={"changes": True})
     assert people["gallery_size"] == 0 and people["changes"][0]["name"] == "biden", people
+
+
+@pytest.mark.engines("onnx")  # the store's rule, the same for every engine
+def test_retention_on_a_postgresql_fleet(postgres, start_server, engine, photos):
+    """Server A expires; server B, without retention_days, follows. Obama enrolled twice, 2.5 s
+    apart: the first expiry takes his older row only, and B keeps the newer one (a follower that
+    took the expiry for a FORGET would drop both)."""
+    fleet = {"gallery_store": "postgres", "gallery_name": "retain"}
+    env = {"FACE_GALLERY_DSN": postgres.dsn(SUITE_DB, "retain")}
+    a = start_server(gallery={}, params={**fleet, "retention_days": RETENTION_DAYS}, env=env)
+    b = start_server(gallery={}, params=fleet, env=env)
+    client = b.http()
+    [ack] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll="obama")
+    first = time.monotonic()
+    assert ack["enrolled"]["added"], ack
+    time.sleep(2.5)
+    for photo, name in (("obama3.jpg", "obama"), ("biden.jpg", "biden")):
+        [ack] = infer_encoded(client, [photos.bytes(photo)], enroll=name)
+        assert ack["enrolled"]["added"], ack
+    second = time.monotonic()
+
+    def expiries() -> list[tuple[str, int]]:
+        changes = list_people(a.http(), parameters={"changes": True})["changes"]
+        return [(c["name"], c["count"]) for c in changes if c["operation"] == "expire"]
+
+    def on_b() -> list[tuple[str, int, str]]:
+        return sorted(people(list_people(client)))
+
+    while not expiries():
+        assert time.monotonic() - first < RETENTION_S + 10, "not expired"
+        time.sleep(0.2)
+    assert time.monotonic() - first >= RETENTION_S - 0.5, "expired too early"
+    assert expiries() == [("obama", 1)]
+    followed = time.monotonic()
+    while on_b() != [("biden", 1, "enrolled"), ("obama", 1, "enrolled")]:
+        assert time.monotonic() - followed < 2.0, on_b()  # the fleet's propagation promise
+        time.sleep(0.1)
+    assert names(infer_encoded(client, [photos.bytes("obama2.jpg")])[0]) == ["obama"]
+
+    while on_b():
+        assert time.monotonic() - second < RETENTION_S + 10, on_b()
+        time.sleep(0.2)
+    assert sorted(expiries()) == [("biden", 1), ("obama", 1), ("obama", 1)]
+    assert postgres.sql("SELECT count(*) FROM triton_face.enrollments e JOIN "
+                        "triton_face.galleries g ON g.id = e.gallery WHERE g.name = 'retain'",
+                        SUITE_DB) == [("0",)]

@@ -371,7 +371,7 @@ pub static PARAMETERS: &[Parameter] = &[
         default: Default::Unset("kept until `FORGET`"),
         meaning: "enrollments older than this many days (a decimal number) are forgotten on \
                   their own: at load and at least once a minute, erased like a `FORGET` and \
-                  recorded as `expire` changes (SQLite stores; docs/gallery.md)",
+                  recorded as `expire` changes (docs/gallery.md)",
         section: Section::General,
         apply: |d, v| {
             positive::<f64>(v)

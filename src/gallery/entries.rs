@@ -72,8 +72,8 @@ pub(super) struct Entries {
     /// name's entries, so their cost does not grow with the gallery.
     by_name: HashMap<String, Vec<u64>>,
     next_folder_key: u64,
-    /// Followed stores: name -> the latest removal applied, until the
-    /// follower has caught up past it.
+    /// Followed stores: name -> the highest removal bound applied (every
+    /// enrollment below it is gone), until the follower has caught up past it.
     tombstones: HashMap<String, i64>,
     /// Followed stores: every change up to here has been read.
     caught_up: i64,
@@ -209,8 +209,8 @@ impl Entries {
     pub fn apply_removals(&mut self, changes: &Changes) -> (usize, Vec<u64>) {
         let mut gone = Vec::new();
         for r in &changes.removed {
-            gone.extend(self.remove(&r.name, r.change));
-            self.tombstone(&r.name, r.change);
+            gone.extend(self.remove(&r.name, r.before));
+            self.tombstone(&r.name, r.before);
         }
         (gone.len(), gone)
     }
@@ -229,7 +229,7 @@ impl Entries {
             return Verdict::Present;
         }
         let removed = self.tombstones.get(name);
-        if removed.is_some_and(|&removed| removed >= stamp.change) {
+        if removed.is_some_and(|&before| stamp.change < before) {
             return Verdict::Unwanted;
         }
         Verdict::Admit

@@ -289,7 +289,7 @@ mod tests {
             .iter()
             .map(|(n, c)| Removal {
                 name: n.to_string(),
-                change: *c,
+                before: *c,
             })
             .collect();
         Changes {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use self::postgres::PgSettings;
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub use identity::Identity;
 
 /// The `gallery_store` model parameter.
@@ -71,11 +71,12 @@ pub struct Stored {
     pub embedding: Vec<f32>,
 }
 
-/// A FORGET: every enrollment of `name` older than `change` is gone.
+/// A FORGET or an expiry: every enrollment of `name` with a change number
+/// below `before` is gone (a FORGET's own change number; an expiry's bound).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Removal {
     pub name: String,
-    pub change: i64,
+    pub before: i64,
 }
 
 /// What a FORGET did: rows removed per name, and its change number (every
@@ -241,12 +242,7 @@ pub trait Store: Send {
     /// Remove every enrollment (of every embedder) made before `before_ms`
     /// (Unix milliseconds), recording each name's expiry as a change, in
     /// one transaction; this embedder's removed rows.
-    fn expire(&mut self, _before_ms: i64) -> Result<Vec<Stamp>> {
-        Err(Error::unavailable(format!(
-            "retention_days: not available with {} yet (SQLite stores only)",
-            self.describe()
-        )))
-    }
+    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>>;
     /// Overwrite what removed rows left in the store's files (free pages,
     /// journal), so that a forgotten person's embeddings are gone from disk,
     /// not only from the tables. An error when something holds it back

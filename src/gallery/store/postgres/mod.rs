@@ -9,6 +9,7 @@
 //! changed after the last number it has seen: on a notification, after every
 //! reconnect, and every `gallery_poll_ms` in case one was lost.
 
+mod expire;
 pub mod follow;
 pub mod photos;
 pub mod published;
@@ -356,6 +357,11 @@ impl Store for PostgresStore {
         self.read(|tx, scope| read::records(tx, scope, limit))
     }
 
+    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>> {
+        let scope = self.scope;
+        self.change(&|tx, change| expire::expire(tx, scope, before_ms, change))
+    }
+
     fn photos(&mut self) -> Result<Photos> {
         self.read(photos::read)
     }
@@ -415,7 +421,7 @@ impl Store for PostgresStore {
 }
 
 /// Record one name's part of change number `change`.
-fn write_record(
+pub(super) fn write_record(
     tx: &mut Transaction<'_>,
     gallery: i64,
     change: i64,

@@ -134,14 +134,14 @@ pub fn changes(tx: &mut Transaction<'_>, scope: Scope, after: i64) -> Result<Cha
     }
     let removed = tx
         .query(
-            "SELECT name, change FROM triton_face.removals \
+            "SELECT name, coalesce(before_change, change) FROM triton_face.removals \
              WHERE gallery = $1 AND change > $2 ORDER BY change",
             &[&scope.gallery, &after],
         )?
         .iter()
         .map(|row| Removal {
             name: row.get(0),
-            change: row.get(1),
+            before: row.get(1),
         })
         .collect();
     Ok(Changes {

@@ -99,6 +99,10 @@ const MIGRATIONS: &[&str] = &[
          key_label text
      );
      CREATE INDEX changes_by_gallery ON triton_face.changes (gallery, id);",
+    // 5: an expiry (retention_days) removes a name's enrollments below a
+    // bound, not all before its own change: followers read the bound here
+    // (NULL for a FORGET: its own change).
+    "ALTER TABLE triton_face.removals ADD COLUMN before_change bigint;",
 ];
 
 /// The version this build writes.
