@@ -27,7 +27,7 @@ pub mod store;
 mod strays;
 mod wipe;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
@@ -693,30 +693,26 @@ fn restore(
         Some((index, manifest)) => (index, Some(manifest)),
         None => (VectorIndex::new(metric, dim)?, None),
     };
+    let live: HashSet<u64> = rows.iter().map(|r| entries::key_of(r.stamp)).collect();
     if let Some(m) = &manifest {
         how.from_file = true;
-        let live: std::collections::HashSet<u64> =
-            rows.iter().map(|r| entries::key_of(r.stamp)).collect();
+        let images = (entries::FOLDER_KEYS..m.folder_keys_below).collect();
+        how.removed += remove_held(&index, images)?;
         let stale: Vec<u64> = m.keys().filter(|k| !live.contains(k)).collect();
-        for key in entries::FOLDER_KEYS..m.folder_keys_below {
-            if index.contains(key) {
-                index.remove(key)?;
-                how.removed += 1;
-            }
-        }
-        for key in stale {
-            if index.contains(key) {
-                index.remove(key)?;
-                how.removed += 1;
-                how.forgotten += 1;
-            }
-        }
+        how.forgotten += remove_held(&index, stale)?;
     }
     let missing: Vec<i64> = rows
         .iter()
         .filter(|r| !index.contains(entries::key_of(r.stamp)))
         .map(|r| r.stamp.id)
         .collect();
+    if manifest.is_some() && index.len() > rows.len() - missing.len() {
+        // A save raced an insertion: the file holds a vector its manifest
+        // does not list, and its row is gone since.
+        let unlisted = saved.file_keys()?.into_iter().filter(|k| !live.contains(k));
+        how.forgotten += remove_held(&index, unlisted.collect())?;
+    }
+    how.removed += how.forgotten;
     let stored = match missing.len() {
         0 => Vec::new(),
         n if n == rows.len() => store.load()?.rows,
@@ -729,6 +725,16 @@ fn restore(
         rows,
         how,
     })
+}
+
+/// Remove those of `keys` the index holds: how many.
+fn remove_held(index: &VectorIndex, keys: Vec<u64>) -> Result<usize> {
+    let mut removed = 0;
+    for key in keys.into_iter().filter(|&k| index.contains(k)) {
+        index.remove(key)?;
+        removed += 1;
+    }
+    Ok(removed)
 }
 
 /// The saved index, else the one published to a shared store (copied

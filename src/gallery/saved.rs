@@ -123,6 +123,12 @@ impl Saved {
         self.dir.join(INDEX_FILE).exists() || self.dir.join(MANIFEST_FILE).exists()
     }
 
+    /// Every key the saved index file holds, listed in its manifest or not.
+    pub fn file_keys(&self) -> Result<Vec<u64>> {
+        let path = self.dir.join(INDEX_FILE);
+        super::wipe::saved_keys(&path).map_err(|e| io(&path, e))
+    }
+
     /// The saved index and its manifest, when both are there and sound;
     /// `Err` says why the file is not used (for the log).
     pub fn load(&self, metric: Metric, dim: usize) -> Result<(VectorIndex, Manifest)> {

@@ -233,6 +233,35 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
 }
 
 #[test]
+fn a_saved_vector_its_manifest_does_not_list_goes_at_load_once_its_row_is_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let open = || {
+        let store = store::open_sqlite(tmp.path(), &Identity::for_tests("dlib", 2)).unwrap();
+        Gallery::open(tmp.path(), store, Metric::Euclidean, 2, 0.6, 100).unwrap()
+    };
+    let (g, _) = open();
+    g.enroll("a", vec![0.0, 0.0]).unwrap();
+    g.enroll("b", vec![4.0, 4.0]).unwrap();
+    let (a, b) = (g.read().keys_of("a").to_vec(), g.read().keys_of("b")[0]);
+    // A save that raced b's insertion (its entry not yet published): the
+    // file holds b, the manifest lists a alone. Then b's row goes, and the
+    // server is killed before anything saves again.
+    let below = g.read().folder_keys_below();
+    g.saved.file.save(&g.live.index, a, below).unwrap();
+    std::mem::forget(g);
+    let conn = rusqlite::Connection::open(tmp.path().join(store::sqlite::DB_FILE)).unwrap();
+    conn.execute("DELETE FROM enrollments WHERE name = 'b'", [])
+        .unwrap();
+    let (g, opened) = open();
+    assert!(opened.index.from_file, "{:?}", opened.index);
+    assert_eq!((opened.index.forgotten, opened.index.removed), (1, 1));
+    assert_eq!(g.best_match(&[4.0, 4.0], 0.1, 1).unwrap().name, None);
+    let held = g.saved.file.file_keys().unwrap();
+    assert!(!held.contains(&b), "written again without b: {held:?}");
+    assert_eq!(held.len(), 1);
+}
+
+#[test]
 fn a_moved_folder_keeps_its_index_and_another_store_does_not_take_it() {
     let tmp = tempfile::tempdir().unwrap();
     let (first, moved, other) = (

@@ -13,7 +13,7 @@
 //! each its key (u64), level (i16) and neighbour lists (a u32 count and u32
 //! slots: base connectivity at level 0, connectivity at each level above).
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -39,7 +39,10 @@ pub fn zero_free_rows(path: &Path) -> io::Result<u64> {
     let mut head = [0u8; DENSE_HEAD as usize];
     input.read_exact(&mut head)?;
     let deleted = u64::from_le_bytes(head[DELETED_AT..DELETED_AT + 8].try_into().unwrap());
-    let free = free_slots(&mut input, rows)?;
+    let free: Vec<u64> = (slot_keys(&mut input, rows)?.into_iter().enumerate())
+        .filter(|&(_, key)| key == FREE_KEY)
+        .map(|(slot, _)| slot as u64)
+        .collect();
     if free.len() as u64 != deleted {
         return Err(misread(&format!(
             "{} free slots found, the file counts {deleted}",
@@ -55,8 +58,19 @@ pub fn zero_free_rows(path: &Path) -> io::Result<u64> {
     Ok(free.len() as u64)
 }
 
-/// The slots whose node has the free key, reading the graph section.
-fn free_slots(input: &mut impl Read, rows: u64) -> io::Result<Vec<u64>> {
+/// The keys of the usearch file at `path` (which may have more bytes after
+/// it), free slots left out.
+pub fn saved_keys(path: &Path) -> io::Result<Vec<u64>> {
+    let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let rows = u64::from(read_u32(&mut input)?);
+    let width = u64::from(read_u32(&mut input)?);
+    input.seek(SeekFrom::Start(8 + rows * width + DENSE_HEAD))?;
+    let keys = slot_keys(&mut input, rows)?;
+    Ok(keys.into_iter().filter(|&key| key != FREE_KEY).collect())
+}
+
+/// Each slot's key (the free key for a free slot), reading the graph section.
+fn slot_keys(input: &mut impl Read, rows: u64) -> io::Result<Vec<u64>> {
     let mut header = [0u8; GRAPH_HEADER];
     input.read_exact(&mut header)?;
     let field = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().unwrap());
@@ -68,20 +82,18 @@ fn free_slots(input: &mut impl Read, rows: u64) -> io::Result<Vec<u64>> {
     input.read_exact(&mut levels)?;
     let base_bytes = 4 + 4 * base;
     let level_bytes = 4 + 4 * connectivity;
-    let mut free = Vec::new();
+    let mut keys = Vec::with_capacity(size as usize);
     let mut node = Vec::new();
-    for (slot, level) in levels.chunks_exact(2).enumerate() {
+    for level in levels.chunks_exact(2) {
         let level = i16::from_le_bytes([level[0], level[1]]);
         if level < 0 {
             return Err(misread("a node has a negative level"));
         }
         node.resize((10 + base_bytes + level_bytes * level as u64) as usize, 0);
         input.read_exact(&mut node)?;
-        if u64::from_le_bytes(node[..8].try_into().unwrap()) == FREE_KEY {
-            free.push(slot as u64);
-        }
+        keys.push(u64::from_le_bytes(node[..8].try_into().unwrap()));
     }
-    Ok(free)
+    Ok(keys)
 }
 
 fn read_u32(input: &mut impl Read) -> io::Result<u32> {
