@@ -7,17 +7,21 @@ real tritonservers, each with an empty model folder of its own:
 - B joins with nothing on its disk: it copies the published index, reads from the store only the
   rows enrolled after it was published, and names people right;
 - a damaged published copy is refused (BLAKE3 of its manifest), the joining server C rebuilds
-  and publishes a sound one, and D joins from that.
+  and publishes a sound one, and D joins from that;
+- a FORGET on D: within seconds no part of the published copy holds the person's vector.
 
 The ONNX engine only: its 512-d embeddings are the large case."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
-from face_client import infer_encoded, names
+from face_client import forget, infer_encoded, names
 from postgres_server import SUITE_DB
+from test_erasure import ERASED_WITHIN_S, _forms, _windows
 
 pytestmark = pytest.mark.engines("onnx")
 
@@ -103,3 +107,24 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
     assert "loaded from the copy another server published" in log, log
     assert "0 vectors read from the store" in log, log
     assert _who(d, photos, "biden.jpg") == ["biden"]
+
+    # A FORGET on any server: the published copy is replaced by one without the person.
+    [(hex_blob,)] = postgres.sql(
+        "SELECT encode(embedding, 'hex') FROM triton_face.enrollments WHERE name = 'obama'", SUITE_DB)
+    obama = _forms(np.frombuffer(bytes.fromhex(hex_blob), dtype="<f4"), "onnx")["i8"]
+
+    def published_parts_holding() -> int:
+        return sum(int(postgres.sql(
+            "SELECT count(*) FROM triton_face.published_index_parts "
+            f"WHERE position('\\x{w.hex()}'::bytea IN bytes) > 0", SUITE_DB)[0][0])
+            for w in _windows(obama))
+
+    assert published_parts_holding(), "the scan finds obama in the published copy"
+    [gone] = forget(d.http(), "obama")
+    assert gone["forgotten"]["removed"] == 1
+    forgotten = time.monotonic()
+    while published_parts_holding():
+        assert time.monotonic() - forgotten < ERASED_WITHIN_S, "the published copy holds obama"
+        time.sleep(0.5)
+    print(f"the published copy without obama {time.monotonic() - forgotten:.1f} s after the FORGET")
+    assert _who(b, photos, "obama2.jpg") == ["unknown"]

@@ -289,12 +289,15 @@ impl Gallery {
     /// slots zeroed) and, for a shared store, published again.
     fn start_eraser(&self, expiry: Option<Expiry>) -> Result<Eraser> {
         let (store, live, saved) = (self.store.clone(), self.live.clone(), self.saved.clone());
+        // Written and published without the writer lock: changes go on meanwhile.
+        let mut apart = locked(&store).apart();
         let pass = move || {
             locked(&store).erase()?;
             if saved.file.exists() {
-                // Written without the writer lock: changes go on meanwhile.
                 saved.save(&live, true)?;
-                saved.file.publish(locked(&store).as_mut())?;
+                if let Some(own) = apart.as_mut() {
+                    saved.file.publish(own.as_mut())?;
+                }
             }
             Ok(())
         };

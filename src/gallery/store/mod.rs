@@ -266,6 +266,12 @@ pub trait Store: Send {
     fn shares_index(&self) -> bool {
         false
     }
+    /// The same store on a session of its own, for work that must not hold
+    /// the writer lock for long (publishing a gigabyte of index); `None`
+    /// where nothing is shared.
+    fn apart(&self) -> Option<Box<dyn Store>> {
+        None
+    }
     /// The manifest of the published index, if any.
     fn published_manifest(&mut self) -> Result<Option<Vec<u8>>> {
         Ok(None)

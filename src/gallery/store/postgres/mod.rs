@@ -404,6 +404,17 @@ impl Store for PostgresStore {
         true
     }
 
+    fn apart(&self) -> Option<Box<dyn Store>> {
+        Some(Box::new(PostgresStore {
+            target: self.target.clone(),
+            client: None, // connected at its first call
+            scope: self.scope,
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            poll: self.poll,
+        }))
+    }
+
     fn published_manifest(&mut self) -> Result<Option<Vec<u8>>> {
         self.read(published::manifest)
     }
