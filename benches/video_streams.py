@@ -36,7 +36,7 @@ HOLD = 0.95  # of PACE
 def streams_run(server: TritonServer, video: SampleVideo, streams: int,
                 out: Path) -> tuple[list[float], Score, float]:
     """Frames/s each of `streams` paced streams held, their answers scored against the video's
-    truth (all streams together), and the client's CPU per stream (share of one core)."""
+    truth (each stream on its own, summed), and the client's CPU per stream (share of one core)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run(
@@ -52,8 +52,8 @@ def streams_run(server: TritonServer, video: SampleVideo, streams: int,
     stem = video.path.stem
     names = [f"{stem}-{i}.json" for i in range(streams)] if streams > 1 else [f"{stem}.json"]
     reports = [json.loads((out / name).read_text()) for name in names]
-    frames = [f for r in reports for f in r["frames"]]
-    return [r["frames_per_second"] for r in reports], score(frames, video.truth), cpu / wall / streams
+    scored = sum((score(r["frames"], video.truth) for r in reports), Score())
+    return [r["frames_per_second"] for r in reports], scored, cpu / wall / streams
 
 
 def engine_rows(engine: str, video: SampleVideo, most: int, work: Path) -> list[tuple]:

@@ -42,6 +42,9 @@ class Score:
     def box_share(self) -> float:
         return self.boxes_within / self.paired if self.paired else 1.0
 
+    def __add__(self, other: "Score") -> "Score":
+        return Score(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values())))
+
     def row(self) -> dict:
         return {**asdict(self), "named_share": round(self.named_share, 4),
                 "box_share": round(self.box_share, 4)}

@@ -8,7 +8,8 @@ real tritonservers, each with an empty model folder of its own:
   rows enrolled after it was published, and names people right;
 - a damaged published copy is refused (BLAKE3 of its manifest), the joining server C rebuilds
   and publishes a sound one, and D joins from that;
-- a FORGET on D: within seconds no part of the published copy holds the person's vector.
+- a FORGET on D: within seconds no part of the published copy holds the person's `i8` vector
+  (the form the graph walks; its half bytes are zeroed with it in the same file).
 
 The ONNX engine only: its 512-d embeddings are the large case."""
 
@@ -108,7 +109,7 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
     assert "0 vectors read from the store" in log, log
     assert _who(d, photos, "biden.jpg") == ["biden"]
 
-    # A FORGET on any server: the published copy is replaced by one without the person.
+    # A FORGET on any server: the published copy is replaced by one without the person's i8 bytes.
     [(hex_blob,)] = postgres.sql(
         "SELECT encode(embedding, 'hex') FROM triton_face.enrollments WHERE name = 'obama'", SUITE_DB)
     obama = _forms(np.frombuffer(bytes.fromhex(hex_blob), dtype="<f4"), "onnx")["i8"]

@@ -294,7 +294,8 @@ impl VectorIndex {
         graph
             .save(path_str)
             .map_err(|e| failed("save", format!("{shown}: {e}")))?;
-        super::wipe::zero_free_rows(path).map_err(|e| failed("save", format!("{shown}: {e}")))?;
+        super::wipe::zero_free_rows(path)
+            .map_err(|e| failed("save", format!("{shown}: {e}: removed vectors not zeroed")))?;
         if let Some(fine) = &graph.fine {
             let appended = OpenOptions::new().append(true).open(path).and_then(|f| {
                 let mut out = BufWriter::new(f);

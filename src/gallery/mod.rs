@@ -175,11 +175,8 @@ impl Saving {
         if !always && self.at.load(Ordering::Relaxed) == changes {
             return Ok(());
         }
-        let (keys, folder_keys_below) = {
-            let e = live.read();
-            (e.store_keys(), e.folder_keys_below())
-        };
-        self.file.save(&live.index, keys, folder_keys_below)?;
+        let folder_keys_below = live.read().folder_keys_below();
+        self.file.save(&live.index, folder_keys_below)?;
         self.at.store(changes, Ordering::Relaxed);
         Ok(())
     }
@@ -312,10 +309,7 @@ impl Gallery {
     pub fn keep_for(&mut self, retention: Duration) -> Result<usize> {
         let (store, live) = (self.store.clone(), self.live.clone());
         let run = move || {
-            let kept = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-            let before = store::now_ms().saturating_sub(kept);
-            let mut store = locked(&store);
-            let stamps = store.expire(before)?;
+            let stamps = locked(&store).expire(retention)?;
             live.expire(&stamps)?;
             Ok(stamps.len())
         };
@@ -692,7 +686,7 @@ fn restore(
     rows: Vec<Row>,
 ) -> Result<Restoring> {
     let mut how = Restored::default();
-    let (index, manifest) = match load_saved(saved, store, metric, dim, &mut how) {
+    let (mut index, mut manifest) = match load_saved(saved, store, metric, dim, &mut how) {
         Some((index, manifest)) => (index, Some(manifest)),
         None => (VectorIndex::new(metric, dim)?, None),
     };
@@ -704,16 +698,30 @@ fn restore(
         let stale: Vec<u64> = m.keys().filter(|k| !live.contains(k)).collect();
         how.forgotten += remove_held(&index, stale)?;
     }
-    let missing: Vec<i64> = rows
-        .iter()
-        .filter(|r| !index.contains(entries::key_of(r.stamp)))
-        .map(|r| r.stamp.id)
-        .collect();
-    if manifest.is_some() && index.len() > rows.len() - missing.len() {
-        // A save raced an insertion: the file holds a vector its manifest
-        // does not list, and its row is gone since.
-        let unlisted = saved.file_keys()?.into_iter().filter(|k| !live.contains(k));
-        how.forgotten += remove_held(&index, unlisted.collect())?;
+    let missing_of = |index: &VectorIndex| -> Vec<i64> {
+        let absent = rows
+            .iter()
+            .filter(|r| !index.contains(entries::key_of(r.stamp)));
+        absent.map(|r| r.stamp.id).collect()
+    };
+    let mut missing = missing_of(&index);
+    let unlisted = index.len().saturating_sub(rows.len() - missing.len());
+    if manifest.is_some() && unlisted > 0 {
+        // A file of an older build, saved while an insertion raced: it holds
+        // a vector its manifest does not list, whose row is gone.
+        match saved.file_keys() {
+            Ok(keys) => {
+                let gone = keys.into_iter().filter(|k| !live.contains(k)).collect();
+                how.forgotten += remove_held(&index, gone)?;
+            }
+            Err(e) => {
+                how.not_used = Some(format!("{}: its vectors not listed", e.message()));
+                (index, manifest) = (VectorIndex::new(metric, dim)?, None);
+                how.from_file = false;
+                how.forgotten = unlisted; // written again at once
+                missing = missing_of(&index);
+            }
+        }
     }
     how.removed += how.forgotten;
     let stored = match missing.len() {

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::entries::FOLDER_KEYS;
 use super::index::VectorIndex;
 use super::store::Store;
 use crate::error::{Error, Result};
@@ -178,14 +179,19 @@ impl Saved {
             .join(format!("{name}.{}.{n}.tmp", std::process::id()))
     }
 
-    /// Write `index` holding `keys` (and gallery-image keys below
-    /// `folder_keys_below`): the index first, the manifest last.
-    pub fn save(&self, index: &VectorIndex, keys: Vec<u64>, folder_keys_below: u64) -> Result<()> {
+    /// Write `index` (its gallery-image keys below `folder_keys_below`):
+    /// the index first, the manifest last. The manifest lists the store
+    /// rows the written file holds, read back from it: changes go on while
+    /// it is written, and a vector the manifest did not list would outlive
+    /// its row's FORGET in this file and in a published copy.
+    pub fn save(&self, index: &VectorIndex, folder_keys_below: u64) -> Result<()> {
         self.remove_orphans();
         let path = self.dir.join(INDEX_FILE);
         let tmp = self.tmp(INDEX_FILE);
         index.save(&tmp)?;
         sync(&tmp)?;
+        let keys = super::wipe::saved_keys(&tmp).map_err(|e| io(&tmp, e))?;
+        let keys = keys.into_iter().filter(|&k| k < FOLDER_KEYS).collect();
         let (bytes, blake3) = hash_file(&tmp)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
         let strays = index
@@ -373,7 +379,7 @@ mod tests {
             index.insert(k, &[k as f32, 0.0]).unwrap();
         }
         let saved = Saved::new(dir, "dlib/test".into());
-        saved.save(&index, vec![7, 1, 3, 2], 0).unwrap();
+        saved.save(&index, 0).unwrap();
         (saved, index)
     }
 

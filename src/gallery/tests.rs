@@ -242,13 +242,18 @@ fn a_saved_vector_its_manifest_does_not_list_goes_at_load_once_its_row_is_gone()
     let (g, _) = open();
     g.enroll("a", vec![0.0, 0.0]).unwrap();
     g.enroll("b", vec![4.0, 4.0]).unwrap();
-    let (a, b) = (g.read().keys_of("a").to_vec(), g.read().keys_of("b")[0]);
-    // A save that raced b's insertion (its entry not yet published): the
-    // file holds b, the manifest lists a alone. Then b's row goes, and the
-    // server is killed before anything saves again.
-    let below = g.read().folder_keys_below();
-    g.saved.file.save(&g.live.index, a, below).unwrap();
+    let (a, b) = (g.read().keys_of("a")[0], g.read().keys_of("b")[0]);
+    // A file whose manifest lists a alone (an older build listed what the
+    // entries held before the file was written: a save that raced b's
+    // insertion). Then b's row goes, and the server is killed before
+    // anything saves again.
+    g.save_index().unwrap();
     std::mem::forget(g);
+    let manifest = tmp.path().join(saved::MANIFEST_FILE);
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m["keys"] = serde_json::json!([[a, a]]);
+    std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
     let conn = rusqlite::Connection::open(tmp.path().join(store::sqlite::DB_FILE)).unwrap();
     conn.execute("DELETE FROM enrollments WHERE name = 'b'", [])
         .unwrap();

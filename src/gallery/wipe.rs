@@ -105,6 +105,6 @@ fn read_u32(input: &mut impl Read) -> io::Result<u32> {
 fn misread(why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("not usearch 2.26's layout ({why}): removed vectors not zeroed"),
+        format!("not usearch 2.26's layout ({why})"),
     )
 }

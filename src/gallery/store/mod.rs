@@ -239,10 +239,11 @@ pub trait Store: Send {
     /// Remember what `new` photos gave and forget every photo of this
     /// embedder whose key is not in `keep`, in one transaction.
     fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
-    /// Remove every enrollment (of every embedder) made before `before_ms`
-    /// (Unix milliseconds), recording each name's expiry as a change, in
-    /// one transaction; this embedder's removed rows.
-    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>>;
+    /// Remove every enrollment (of every embedder) older than `kept`, by
+    /// the store's own clock (a fleet's servers may disagree), recording
+    /// each name's expiry as a change, in one transaction; this embedder's
+    /// removed rows.
+    fn expire(&mut self, kept: std::time::Duration) -> Result<Vec<Stamp>>;
     /// Overwrite what removed rows left in the store's files (free pages,
     /// journal), so that a forgotten person's embeddings are gone from disk,
     /// not only from the tables. An error when something holds it back

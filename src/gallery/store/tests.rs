@@ -115,8 +115,10 @@ fn two_embedders(dir: &Path) -> (SqliteStore, i64) {
 fn expire_removes_every_embedders_old_rows_and_records_each_name() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut dlib, _) = two_embedders(tmp.path());
-    assert!(dlib.expire(0).unwrap().is_empty(), "nothing that old");
-    let expired = dlib.expire(super::now_ms() + 1_000).unwrap();
+    let hour = std::time::Duration::from_secs(3600);
+    assert!(dlib.expire(hour).unwrap().is_empty(), "nothing that old");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let expired = dlib.expire(std::time::Duration::ZERO).unwrap();
     assert_eq!(expired.len(), 3, "this embedder's rows: {expired:?}");
     assert!(names(&mut open_as(tmp.path(), "onnx")).is_empty());
     let records = dlib.changes(10).unwrap();

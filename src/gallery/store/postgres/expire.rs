@@ -9,6 +9,7 @@
 //! next pass (milliseconds late, never early).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use ::postgres::Transaction;
 
@@ -16,21 +17,20 @@ use super::read::Scope;
 use super::write_record;
 use crate::gallery::store::{Change, Operation, Stamp};
 
-/// Inside change number `change`: expire what was enrolled before
-/// `before_ms` (Unix milliseconds). This embedder's removed rows, and
-/// whether anything went.
+/// Inside change number `change`: expire what was enrolled longer than
+/// `kept` ago, by the database's clock (the one `enrolled_at` was stamped
+/// with). This embedder's removed rows, and whether anything went.
 pub fn expire(
     tx: &mut Transaction<'_>,
     scope: Scope,
-    before_ms: i64,
+    kept: Duration,
     change: i64,
 ) -> Result<(Vec<Stamp>, bool), ::postgres::Error> {
-    let before_s = before_ms as f64 / 1000.0;
     let bound: i64 = tx
         .query_one(
-            "SELECT coalesce((SELECT change FROM triton_face.enrollments \
-             WHERE gallery = $1 AND enrolled_at >= to_timestamp($2) ORDER BY change LIMIT 1), $3)",
-            &[&scope.gallery, &before_s, &change],
+            "SELECT coalesce((SELECT change FROM triton_face.enrollments WHERE gallery = $1 \
+             AND enrolled_at >= now() - make_interval(secs => $2) ORDER BY change LIMIT 1), $3)",
+            &[&scope.gallery, &kept.as_secs_f64(), &change],
         )?
         .get(0);
     let rows = tx.query(

@@ -357,9 +357,9 @@ impl Store for PostgresStore {
         self.read(|tx, scope| read::records(tx, scope, limit))
     }
 
-    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>> {
+    fn expire(&mut self, kept: Duration) -> Result<Vec<Stamp>> {
         let scope = self.scope;
-        self.change(&|tx, change| expire::expire(tx, scope, before_ms, change))
+        self.change(&|tx, change| expire::expire(tx, scope, kept, change))
     }
 
     fn photos(&mut self) -> Result<Photos> {

@@ -327,7 +327,9 @@ impl Store for SqliteStore {
         tx.commit().map_err(sql_error)
     }
 
-    fn expire(&mut self, before_ms: i64) -> Result<Vec<Stamp>> {
+    fn expire(&mut self, kept: std::time::Duration) -> Result<Vec<Stamp>> {
+        let kept_ms = i64::try_from(kept.as_millis()).unwrap_or(i64::MAX);
+        let before_ms = now_ms().saturating_sub(kept_ms);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
