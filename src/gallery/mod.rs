@@ -690,40 +690,32 @@ fn restore(
         Some((index, manifest)) => (index, Some(manifest)),
         None => (VectorIndex::new(metric, dim)?, None),
     };
-    let live: HashSet<u64> = rows.iter().map(|r| entries::key_of(r.stamp)).collect();
-    if let Some(m) = &manifest {
-        how.from_file = true;
-        let images = (entries::FOLDER_KEYS..m.folder_keys_below).collect();
-        how.removed += remove_held(&index, images)?;
-        let stale: Vec<u64> = m.keys().filter(|k| !live.contains(k)).collect();
-        how.forgotten += remove_held(&index, stale)?;
-    }
-    let missing_of = |index: &VectorIndex| -> Vec<i64> {
-        let absent = rows
-            .iter()
-            .filter(|r| !index.contains(entries::key_of(r.stamp)));
-        absent.map(|r| r.stamp.id).collect()
-    };
-    let mut missing = missing_of(&index);
-    let unlisted = index.len().saturating_sub(rows.len() - missing.len());
-    if manifest.is_some() && unlisted > 0 {
-        // A file of an older build, saved while an insertion raced: it holds
-        // a vector its manifest does not list, whose row is gone.
+    if manifest.is_some() {
+        // What the file holds, read from the file itself: a manifest of an
+        // older build may not list a vector whose row is gone since.
         match saved.file_keys() {
             Ok(keys) => {
-                let gone = keys.into_iter().filter(|k| !live.contains(k)).collect();
-                how.forgotten += remove_held(&index, gone)?;
+                let live: HashSet<u64> = rows.iter().map(|r| entries::key_of(r.stamp)).collect();
+                let (images, stale): (Vec<u64>, Vec<u64>) = keys
+                    .into_iter()
+                    .filter(|k| !live.contains(k))
+                    .partition(|&k| k >= entries::FOLDER_KEYS);
+                how.from_file = true;
+                how.forgotten = remove_held(&index, stale)?;
+                how.removed = remove_held(&index, images)? + how.forgotten;
             }
             Err(e) => {
                 how.not_used = Some(format!("{}: its vectors not listed", e.message()));
+                how.forgotten = index.len(); // any may be: written again at once
                 (index, manifest) = (VectorIndex::new(metric, dim)?, None);
-                how.from_file = false;
-                how.forgotten = unlisted; // written again at once
-                missing = missing_of(&index);
             }
         }
     }
-    how.removed += how.forgotten;
+    let missing: Vec<i64> = rows
+        .iter()
+        .filter(|r| !index.contains(entries::key_of(r.stamp)))
+        .map(|r| r.stamp.id)
+        .collect();
     let stored = match missing.len() {
         0 => Vec::new(),
         n if n == rows.len() => store.load()?.rows,

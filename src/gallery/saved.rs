@@ -167,11 +167,10 @@ impl Saved {
         Ok(m)
     }
 
-    /// A temporary file for `name`, named per process: two servers on one
-    /// folder never write one file.
-    /// Per save, not only per process: two galleries of one folder in one
-    /// server (a model reloaded: the old instance saves as it unloads while
-    /// the new one may save too) never write the same file.
+    /// A temporary file for `name`, named per process and per save: two
+    /// servers on one folder, or two galleries of one folder in one server
+    /// (a model reloaded while the old one saves as it unloads), never
+    /// write the same file.
     fn tmp(&self, name: &str) -> PathBuf {
         static SAVES: AtomicU64 = AtomicU64::new(0);
         let n = SAVES.fetch_add(1, Ordering::Relaxed);

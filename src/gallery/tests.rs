@@ -4,11 +4,14 @@ use super::store::{self, Identity};
 use super::*;
 use crate::error::ErrorKind;
 
-fn gallery(dir: &Path, max: usize) -> Gallery {
+/// A 2-d Euclidean gallery of at most `max` in `dir`, and what its open found.
+fn opened(dir: &Path, max: usize) -> (Gallery, Opened) {
     let store = store::open_sqlite(dir, &Identity::for_tests("dlib", 2)).unwrap();
-    Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, max)
-        .unwrap()
-        .0
+    Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, max).unwrap()
+}
+
+fn gallery(dir: &Path, max: usize) -> Gallery {
+    opened(dir, max).0
 }
 
 fn names(n: &[&str]) -> Vec<String> {
@@ -186,10 +189,7 @@ fn people_lists_each_name_and_source() {
 #[test]
 fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     let tmp = tempfile::tempdir().unwrap();
-    let open = || {
-        let store = store::open_sqlite(tmp.path(), &Identity::for_tests("dlib", 2)).unwrap();
-        Gallery::open(tmp.path(), store, Metric::Euclidean, 2, 0.6, 100).unwrap()
-    };
+    let open = || opened(tmp.path(), 100);
     let (g, opened) = open();
     assert_eq!(opened.index, Restored::default(), "nothing saved yet");
     g.enroll_batch(vec![(
@@ -235,10 +235,7 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
 #[test]
 fn a_saved_vector_its_manifest_does_not_list_goes_at_load_once_its_row_is_gone() {
     let tmp = tempfile::tempdir().unwrap();
-    let open = || {
-        let store = store::open_sqlite(tmp.path(), &Identity::for_tests("dlib", 2)).unwrap();
-        Gallery::open(tmp.path(), store, Metric::Euclidean, 2, 0.6, 100).unwrap()
-    };
+    let open = || opened(tmp.path(), 100);
     let (g, _) = open();
     g.enroll("a", vec![0.0, 0.0]).unwrap();
     g.enroll("b", vec![4.0, 4.0]).unwrap();
@@ -274,10 +271,7 @@ fn a_moved_folder_keeps_its_index_and_another_store_does_not_take_it() {
         tmp.path().join("b"),
         tmp.path().join("c"),
     );
-    let open = |dir: &Path| {
-        let store = store::open_sqlite(dir, &Identity::for_tests("dlib", 2)).unwrap();
-        Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, 100).unwrap()
-    };
+    let open = |dir: &Path| opened(dir, 100);
     let (g, _) = open(&first);
     g.enroll("a", vec![1.0, 1.0]).unwrap();
     drop(g);

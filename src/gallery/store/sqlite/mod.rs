@@ -335,7 +335,9 @@ impl Store for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
         let rows: Vec<(i64, i64, String)> = tx
-            .prepare("SELECT id, embedder, name FROM enrollments WHERE enrolled_at_ms < ?1")
+            .prepare(
+                "DELETE FROM enrollments WHERE enrolled_at_ms < ?1 RETURNING id, embedder, name",
+            )
             .and_then(|mut s| {
                 s.query_map([before_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                     .collect()
@@ -346,11 +348,6 @@ impl Store for SqliteStore {
             let (last, count) = per_name.entry(name).or_default();
             (*last, *count) = ((*last).max(*id), *count + 1);
         }
-        tx.execute(
-            "DELETE FROM enrollments WHERE enrolled_at_ms < ?1",
-            [before_ms],
-        )
-        .map_err(sql_error)?;
         for (name, (last, count)) in per_name {
             tx.execute(
                 "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms) \
