@@ -13,6 +13,10 @@
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
 //! `analyze` (detect + landmarks + embed on the decoded frame) and
 //! `decode+analyze` (what the server does for one ENCODED request).
+//! Both also time the parts of a followed sequence frame: `faces_at one box`
+//! (landmarks at a tracked box) and `embed one face`. Group "tracker" (with
+//! "engine"): dlib's correlation tracker on the photo's face: `frame` (the
+//! copy it reads), `start`, `update`.
 //! Group "onnx" (the ONNX engine with the settings of the `face_onnx` model,
 //! read from model_repository/face_onnx/config.pbtxt through the backend's own
 //! config parser): `analyze` and `decode+analyze`. Single thread. Then the
@@ -30,6 +34,7 @@ use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use triton_face::engine::dlib::{DlibEngine, DlibSettings};
 use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
+use triton_face::engine::tracker::{BoxTracker, TrackFrame};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
 use triton_face::pipeline::{Frame, Wanted};
@@ -135,6 +140,7 @@ fn bench_dlib(c: &mut Criterion) {
         .unwrap_or_else(|e| panic!("load dlib weights from {}: {e:?}", weights.display()));
     let frame = prepare(&mut engine, &jpeg, &photo, MAX_FACES);
 
+    bench_tracker(c, &mut engine, &frame);
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(1));
     group.warm_up_time(Duration::from_secs(1));
@@ -148,6 +154,35 @@ fn bench_dlib(c: &mut Criterion) {
         (MAX_PIXELS, MAX_FACES),
         8,
     );
+}
+
+/// The tracker that carries a face between detections (engine::tracker),
+/// on the photo's face: the frame copied for it, a start, an update.
+fn bench_tracker(c: &mut Criterion, engine: &mut dyn Engine, frame: &Frame) {
+    let only_boxes = Wanted {
+        embeddings: false,
+        ..Wanted::all(MAX_FACES)
+    };
+    let bbox = engine
+        .analyze(&[(frame, only_boxes)])
+        .remove(0)
+        .expect("detect")
+        .faces[0]
+        .bbox;
+    let image = TrackFrame::new(frame).expect("track frame");
+    let mut tracker = BoxTracker::start(&image, bbox).expect("start");
+    let mut group = c.benchmark_group("tracker");
+    group.warm_up_time(Duration::from_secs(1)).sample_size(20);
+    group.bench_function("frame", |b| {
+        b.iter(|| TrackFrame::new(frame).expect("frame"))
+    });
+    group.bench_function("start", |b| {
+        b.iter(|| BoxTracker::start(&image, bbox).expect("start"))
+    });
+    group.bench_function("update", |b| {
+        b.iter(|| tracker.update(&image).expect("update"))
+    });
+    group.finish();
 }
 
 /// `analyze` and `decode+analyze` of one engine in `group`, then finish it.
@@ -172,6 +207,20 @@ fn engine_benches(
     };
     group.bench_function("analyze detect_only", |b| {
         b.iter(|| analyze_wanted(engine, frame, detect_only))
+    });
+    // The parts of a followed sequence frame (src/sequence/follow.rs): the
+    // landmarks at a tracked box, and one face embedded by its landmarks.
+    let face = engine
+        .analyze(&[(frame, detect_only)])
+        .remove(0)
+        .expect("detect")
+        .faces
+        .remove(0);
+    group.bench_function("faces_at one box", |b| {
+        b.iter(|| engine.faces_at(frame, &[face.bbox]).expect("faces_at"))
+    });
+    group.bench_function("embed one face", |b| {
+        b.iter(|| engine.embed(frame, &[&face]).expect("embed"))
     });
     group.bench_function("decode+analyze", |b| {
         b.iter(|| analyze(engine, &decode(jpeg, max_pixels), max_faces))

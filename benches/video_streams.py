@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""How many 10 fps video streams one machine serves, per engine: `face_sequence` (as shipped,
-two instances) on dlib and on the ONNX engine, fed by `scripts/video.py --streams N --pace 10`
+"""How many 10 fps video streams one machine serves, per engine and cadence: `face_sequence`
+(dlib) and `face_onnx_sequence` (as shipped, two instances each), with every frame detected and
+embedded (`detect_every` = `reidentify_every` = 1) and with their shipped cadence, fed by `scripts/video.py --streams N --pace 10`
 with the sample video, N = 1, 2, ... until a stream falls behind. A stream holds 10 fps when
 it sent its frames at no less than HOLD of that rate. The client runs on the same machine
 (it decodes the video and sends raw frames; --no-video: it draws and encodes nothing). Each row
@@ -8,6 +9,7 @@ also scores every stream's answers against the video's truth (scripts/video_scor
 right, false names, ID switches, boxes.
 
     python benches/video_streams.py            # -> out/bench-video-streams.txt
+    python benches/video_streams.py --engines onnx --cadences shipped --start 20
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from video_score import Score, score  # noqa: E402
 
 PACE = 10.0
 HOLD = 0.95  # of PACE
+# Model parameters of each cadence ("shipped": the model's own).
+CADENCES = {"every frame": {"detect_every": "1", "reidentify_every": "1"}, "shipped": {}}
 
 
 def streams_run(server: TritonServer, video: SampleVideo, streams: int,
@@ -56,13 +60,18 @@ def streams_run(server: TritonServer, video: SampleVideo, streams: int,
     return [r["frames_per_second"] for r in reports], scored, cpu / wall / streams
 
 
-def engine_rows(engine: str, video: SampleVideo, most: int, work: Path) -> list[tuple]:
+def engine_rows(engine: str, cadence: str, video: SampleVideo, streams_from: range, work: Path,
+                params: dict[str, str]) -> list[tuple]:
     rows = []
-    with TritonServer(resolve_env(), work / engine, model="face_sequence", engine=engine) as server:
-        for streams in range(1, most + 1):
-            held, scored, client = streams_run(server, video, streams, work / engine / f"n{streams}")
-            rows.append((engine, streams, min(held), sum(held) / len(held), scored, client))
-            print(f"{engine}: {streams} stream(s): {min(held):.2f} .. {max(held):.2f} frames/s", flush=True)
+    folder = work / f"{engine}-{cadence.replace(' ', '-')}"
+    # The suite's harness: face_sequence with the engine's shipped sequence config.
+    with TritonServer(resolve_env(), folder, model="face_sequence", engine=engine,
+                      params=params) as server:
+        for streams in streams_from:
+            held, scored, client = streams_run(server, video, streams, folder / f"n{streams}")
+            rows.append((engine, cadence, streams, min(held), sum(held) / len(held), scored, client))
+            print(f"{engine}, {cadence}: {streams} stream(s): {min(held):.2f} .. {max(held):.2f} "
+                  f"frames/s", flush=True)
             if min(held) < HOLD * PACE:
                 break
     return rows
@@ -71,23 +80,31 @@ def engine_rows(engine: str, video: SampleVideo, most: int, work: Path) -> list[
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", default="dlib,onnx")
-    ap.add_argument("--most", type=int, default=12, help="stop at this many streams")
+    ap.add_argument("--cadences", default=",".join(CADENCES), help=f"of {', '.join(CADENCES)}")
+    ap.add_argument("--start", type=int, default=1, help="start at this many streams")
+    ap.add_argument("--most", type=int, default=40, help="stop at this many streams")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a model parameter for every server, over the cadence's (repeatable)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench-video-streams.txt")
     args = ap.parse_args()
     video = SampleVideo.find()
     rows = []
+    extra = dict(p.split("=", 1) for p in args.param)
+    runs = [(e, c) for e in args.engines.split(",") for c in args.cadences.split(",")]
     with tempfile.TemporaryDirectory() as work:
-        for engine in args.engines.split(","):
-            rows += engine_rows(engine, video, args.most, Path(work))
-    lines = ["| engine | streams | slowest stream fps | mean fps | named right | false names "
-             "| ID switches | boxes within IoU 0.5 | client CPU per stream |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {e} | {n} | {low:.2f} | {mean:.2f} | {s.named_share:.3f} | {s.false_names} "
-              f"| {s.id_switches} | {s.box_share:.3f} | {client:.0%} |"
-              for e, n, low, mean, s, client in rows]
-    for engine in args.engines.split(","):
-        held = [n for e, n, low, *_ in rows if e == engine and low >= HOLD * PACE]
-        lines.append(f"\n{engine}: {max(held, default=0)} streams of {PACE:g} fps held")
+        for engine, cadence in runs:
+            rows += engine_rows(engine, cadence, video, range(args.start, args.most + 1), Path(work),
+                                {**CADENCES[cadence], **extra})
+    lines = ["| engine | cadence | streams | slowest stream fps | mean fps | named right "
+             "| false names | ID switches | boxes within IoU 0.5 | client CPU per stream |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {e} | {c} | {n} | {low:.2f} | {mean:.2f} | {s.named_share:.3f} "
+              f"| {s.false_names} | {s.id_switches} | {s.box_share:.3f} | {client:.0%} |"
+              for e, c, n, low, mean, s, client in rows]
+    lines.append("")
+    for engine, cadence in runs:
+        held = [n for e, c, n, low, *_ in rows if (e, c) == (engine, cadence) and low >= HOLD * PACE]
+        lines.append(f"{engine}, {cadence}: {max(held, default=0)} streams of {PACE:g} fps held")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -9,6 +9,9 @@ Scenes: obama alone, zooming in (frames 0-39); biden slides in from the right (4
 slides out to the left (80-99); biden slides out to the right, then no one (100-114); another
 photo of obama comes in (115-149). No video ships in the registries we can reach, so setup makes
 this one (scripts/setup.sh); the same photos give the same frames.
+
+`--scene crossing` makes another (4 s): obama and biden cross, one above the other, so close that
+their heads overlap (their faces do not); the tests follow both through it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,15 @@ def along(frame: int, start: int, end: int, a: float, b: float) -> float:
     return a + (b - a) * ease((frame - start) / max(1, end - start))
 
 
+def crossing(frame: int) -> list[tuple[str, float, float, float]]:
+    """Obama (upper) and biden (lower) swap sides in frames 10-29; their squares overlap by a
+    quarter of a side, their faces stay clear of the other's square."""
+    left, right = WIDTH * 0.2, WIDTH * 0.8
+    upper, lower = HEIGHT / 2 - 92, HEIGHT / 2 + 93
+    return [("obama2.jpg", along(frame, 10, 29, left, right), upper, 1.0),
+            ("biden.jpg", along(frame, 10, 29, right, left), lower, 1.0)]
+
+
 def scene(frame: int) -> list[tuple[str, float, float, float]]:
     """(photo, centre x, centre y, scale) of each head in this frame."""
     left, middle, right = WIDTH * 0.27, WIDTH / 2, WIDTH * 0.73
@@ -78,24 +90,38 @@ def background() -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def render(photos: Path, frame: int, cache: dict, base: Image.Image) -> tuple[Image.Image, list]:
-    """The frame and, for each person whose face is fully in view, {name, box}."""
+SCENES = {"sample": (scene, FRAMES), "crossing": (crossing, 40)}
+
+
+def render(photos: Path, frame: int, cache: dict, base: Image.Image,
+           heads: list[tuple[str, float, float, float]]) -> tuple[Image.Image, list]:
+    """The frame and, for each person whose face is fully in view (inside the frame, under no
+    head drawn after it), {name, box}."""
     canvas = base.copy()
-    truth = []
-    for photo, cx, cy, scale in scene(frame):
+    truth, drawn = [], []  # drawn: the box of each face in truth
+    for photo, cx, cy, scale in heads:
         side = round(SPRITE * scale)
         key = (photo, side)
         if key not in cache:
             cache[key] = sprite(photos, photo, side)
         x0, y0 = round(cx - side / 2), round(cy - side / 2)
         canvas.paste(cache[key], (x0, y0))
+        square = (x0, y0, x0 + side, y0 + side)
+        truth = [t for t, box in zip(truth, drawn) if not overlaps(box, square)]
+        drawn = [box for box in drawn if not overlaps(box, square)]
         box = [x0 + FACE[0] * side, y0 + FACE[1] * side, x0 + FACE[2] * side, y0 + FACE[3] * side]
         if box[0] >= 0 and box[1] >= 0 and box[2] <= WIDTH and box[3] <= HEIGHT:
             truth.append({"name": HEADS[photo][0], "box": [round(v) for v in box]})
+            drawn.append(box)
     return canvas, truth
 
 
-def write(photos: Path, out: Path) -> dict:
+def overlaps(a, b) -> bool:
+    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+
+
+def write(photos: Path, out: Path, scene_name: str = "sample") -> dict:
+    heads_of, count = SCENES[scene_name]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     frames, cache, base = [], {}, background()
@@ -103,8 +129,8 @@ def write(photos: Path, out: Path) -> dict:
         stream = container.add_stream("libx264", rate=FPS)
         stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
         stream.options = {"crf": "20", "preset": "medium"}
-        for i in range(FRAMES):
-            image, truth = render(photos, i, cache, base)
+        for i in range(count):
+            image, truth = render(photos, i, cache, base, heads_of(i))
             frames.append(truth)
             container.mux(stream.encode(av.VideoFrame.from_image(image)))
         container.mux(stream.encode())
@@ -118,8 +144,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--photos", type=Path, default=Path("assets/photos"))
     ap.add_argument("--out", type=Path, default=Path("assets/video/sample.mp4"))
+    ap.add_argument("--scene", choices=sorted(SCENES), default="sample")
     args = ap.parse_args()
-    doc = write(args.photos, args.out)
+    doc = write(args.photos, args.out, args.scene)
     seen = sorted({p["name"] for f in doc["frames"] for p in f})
     print(f"{args.out}: {len(doc['frames'])} frames, people: {', '.join(seen)}")
 

@@ -444,6 +444,15 @@ seed_gallery() {
     done
 }
 
+# link_onnx MODEL: the sample ONNX models in MODEL's version folder (face_onnx's come from
+# the manifest's links column; a second model of that engine gets the same files).
+link_onnx() {
+    local file
+    for file in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
+        ln -sfn "../../../assets/onnx/$file" "$REPO_ROOT/model_repository/$1/1/$file"
+    done
+}
+
 step_model_repository() {
     # The demo enrolls obama into `face` at run time; the sequence model knows both.
     link_dlib face
@@ -453,7 +462,9 @@ step_model_repository() {
     # The ONNX sample model names its models relative to its version folder.
     # (Its .onnx links are made by step_assets, from the manifest's links column.)
     seed_gallery face_onnx obama.jpg biden.jpg
-    log "model repository: face, face_sequence (dlib weights linked), face_onnx (ONNX models linked), galleries seeded"
+    link_onnx face_onnx_sequence
+    seed_gallery face_onnx_sequence obama.jpg biden.jpg
+    log "model repository: face, face_sequence (dlib weights linked), face_onnx, face_onnx_sequence (ONNX models linked), galleries seeded"
 }
 
 # The sample video (scripts/sample_video.py, from the sample photos; no video ships in the

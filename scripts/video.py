@@ -8,6 +8,7 @@ each frame's faces and the END summary (who appeared, in which frames, best dist
     python scripts/video.py 0                      # the first camera (/dev/video0)
     python scripts/video.py rtsp://host/stream --every 3
     python scripts/video.py sample.mp4 --streams 4 --pace 10   # 4 copies as 10 fps live streams
+    python scripts/video.py sample.mp4 --detect-every 1 --reidentify-every 1   # every frame in full
 
 With no server at a local --url it starts one on model_repository/ (stopped when it exits).
 Ctrl-C, a broken stream or a refused frame end the sequence at once (END), so the server drops
@@ -124,14 +125,16 @@ class Run:
 
 
 def face_row(face: dict) -> dict:
-    return {k: face.get(k) for k in ("name", "distance", "track", "box")}
+    return {k: face.get(k) for k in ("name", "distance", "track", "box", "source", "embedded")}
 
 
 def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
-            stop: threading.Event | None = None, on_frame=None) -> Run:
+            stop: threading.Event | None = None, on_frame=None,
+            parameters: dict | None = None) -> Run:
     """Send `run.source`'s frames as one sequence and write the annotated video; the sequence
     is ENDed however this returns. `on_frame(run, index, image, doc)` sees each answered frame
-    (for progress; `image` is the annotated frame, None without a video)."""
+    (for progress; `image` is the annotated frame, None without a video). `parameters` go with
+    every frame (e.g. detect_every)."""
     stop = stop or threading.Event()
     start = time.monotonic()
     try:
@@ -140,7 +143,7 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
         run.ended, run.failed = f"cannot open the input: {e}", True
         return run
     try:
-        with container, face_api.Sequence(client, model) as sequence:
+        with container, face_api.Sequence(client, model, parameters) as sequence:
             run.sequence_id = sequence.id
             if frame_count(container):
                 run.total = -(-frame_count(container) // every)
@@ -259,7 +262,7 @@ def main(argv=None) -> int:
         worker = threading.Thread(
             target=process, daemon=True,
             args=(face_api.connect(args.url), args.model, run, args.every, args.pace, stop,
-                  progress_of(bars[i])))
+                  progress_of(bars[i]), cadence(args)))
         threads.append(worker)
     # Ctrl-C asks every stream to stop and END its sequence (a second one quits at once). A
     # handler of our own, not KeyboardInterrupt: that could land in any thread's request.
@@ -285,6 +288,12 @@ def main(argv=None) -> int:
     return 1 if any(run.failed for run in runs) else 0
 
 
+def cadence(args) -> dict | None:
+    """The request parameters --detect-every and --reidentify-every ask for, if any."""
+    asked = {"detect_every": args.detect_every, "reidentify_every": args.reidentify_every}
+    return {k: v for k, v in asked.items() if v is not None} or None
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", metavar="INPUT", help="video file, camera index or stream URL")
@@ -298,6 +307,12 @@ def parse_args(argv):
     ap.add_argument("--no-video", action="store_true",
                     help="write no annotated video (the client then only decodes and sends)")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--detect-every", type=int, metavar="N",
+                    help="the server detects on every N-th frame of the sequence, tracks between "
+                         "(default: the model's)")
+    ap.add_argument("--reidentify-every", type=int, metavar="N",
+                    help="a followed face is embedded again at least every N frames (default: "
+                         "the model's)")
     args = ap.parse_args(argv)
     if args.every < 1 or args.streams < 1 or args.pace < 0:
         ap.error("--every and --streams must be at least 1, --pace not negative")

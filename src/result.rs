@@ -169,6 +169,14 @@ pub struct FaceDoc {
     /// Sequence models: the face's track, stable within the sequence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub track: Option<u32>,
+    /// Sequence models: "detected" (by the detector) or "tracked" (carried
+    /// by the tracker between detections).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    /// Sequence models: embedded and matched in this frame (false: the name
+    /// and distance are its track's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedded: Option<bool>,
     /// With REFERENCE: this face against it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationDoc>,
@@ -260,6 +268,8 @@ impl FaceDoc {
             embedding: (with_embedding && !face.embedding.is_empty())
                 .then(|| face.embedding.clone()),
             track: None,
+            source: None,
+            embedded: None,
             verification: None,
             crop: None,
         }

@@ -41,6 +41,10 @@ RSS_LIMIT_KIB = 30 * 1024  # how far the server's RSS may move over 2000 short s
 
 
 def start_sequence_server(factory, *edits: tuple[str, str], params=None):
+    """The frames here are unrelated photos, not video: the detector runs on every one (a
+    tracker has nothing to follow from one photo to the next), and the shipped
+    `reidentify_every` decides which faces are embedded again (tests/test_tracking.py: video)."""
+    params = {"detect_every": "1", **(params or {})}
     return factory(model=SEQUENCE_MODEL, config_edits=edits, params=params, metrics=True)
 
 

@@ -103,6 +103,8 @@ ENGINE_NAMES = ("dlib", "onnx", "onnx-tract")
 # The sample ONNX model: its config is what `face` runs as with engine="onnx", and its
 # parameters are what switches another model (face_sequence) to the ONNX engine.
 ONNX_SAMPLE_MODEL = "face_onnx"
+# The sample models that stand for `face` and `face_sequence` on the ONNX engine.
+ONNX_SAMPLES = {MODEL: ONNX_SAMPLE_MODEL, "face_sequence": "face_onnx_sequence"}
 # Parameters that mean something to the dlib engine only; dropped when switching to onnx.
 DLIB_PARAMETERS = ("detector", "weights_dir")
 
@@ -111,19 +113,21 @@ def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
     """The config.pbtxt text of `model` served by `engine`, before the test's own edits.
 
     dlib: model_repository/<model>/config.pbtxt with the suite's weights folder.
-    onnx: for `face`, the sample model_repository/face_onnx/config.pbtxt as shipped (renamed);
-    for another model, its own config with the dlib parameters replaced by the sample's
-    parameters (`engine: onnx`, the three models, channels, threshold, ...). The .onnx files
-    are linked into the version folder (see TritonServer)."""
+    onnx: for `face` and `face_sequence`, the sample face_onnx and face_onnx_sequence configs as
+    shipped (renamed); for another model, its own config with the dlib parameters replaced by
+    face_onnx's parameters (`engine: onnx`, the three models, channels, threshold, ...). The
+    .onnx files are linked into the version folder (see TritonServer)."""
     if engine not in ENGINE_NAMES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
     if engine == "dlib":
         return set_parameter(env.config_of(model).read_text(), "weights_dir", str(env.weights))
+    tract = engine == "onnx-tract"  # the same models on the pure-Rust runtime
+    if model in ONNX_SAMPLES:
+        own = env.config_of(ONNX_SAMPLES[model]).read_text()
+        return rename_model(set_parameter(own, "runtime", "tract") if tract else own, model)
     sample = env.config_of(ONNX_SAMPLE_MODEL).read_text()
-    if engine == "onnx-tract":  # the same models on the pure-Rust runtime
+    if tract:
         sample = set_parameter(sample, "runtime", "tract")
-    if model == MODEL:
-        return rename_model(sample, model)
     config = env.config_of(model).read_text()
     for key in DLIB_PARAMETERS:
         config = remove_parameter(config, key)

@@ -13,9 +13,9 @@ use crate::backend::model::ModelState;
 use crate::error::{Error, Result};
 use crate::gallery::{Enrolled, Match};
 use crate::pipeline::image::encode_png;
-use crate::pipeline::{Analysis, Face};
+use crate::pipeline::{Analysis, Face, Stages};
 use crate::result::{FaceDoc, ImageDoc, SequenceDoc, TimingsDoc, VerificationDoc};
-use crate::sequence::{Observed, Recap, Sequences};
+use crate::sequence::{Observed, Recap, Sequences, Source};
 use crate::triton::BytesTensor;
 
 pub const RESULT: &str = "RESULT";
@@ -47,7 +47,7 @@ pub fn answer(
             let sequences =
                 sequences.ok_or_else(|| Error::internal("sequence state is missing"))?;
             Some(follow_sequence(
-                model, step, &found, matches, threshold, sequences,
+                model, &job, step, &found, matches, threshold, sequences,
             )?)
         }
         None => None,
@@ -168,18 +168,31 @@ fn extend_face(
 /// Item `i`'s own times: its decoding, its run through the engine, its
 /// faces' matching.
 fn timings(job: &Job, i: usize, item: &Analysis, named: Option<&Named>) -> TimingsDoc {
+    stage_timings(
+        job.decoded_in.get(i).copied(),
+        &item.stages,
+        named.and_then(|n| n.took.get(i).copied()),
+    )
+}
+
+/// Milliseconds (to the microsecond) of each stage.
+pub(super) fn stage_timings(
+    decode: Option<Duration>,
+    stages: &Stages,
+    matching: Option<Duration>,
+) -> TimingsDoc {
     let ms = |d: Option<Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 1e6).round() / 1e3);
     TimingsDoc {
-        decode: ms(job.decoded_in.get(i).copied()),
-        detection: ms(Some(item.stages.detection)),
-        landmarks: ms(Some(item.stages.landmarks)),
-        embedding: ms(Some(item.stages.embedding)),
-        matching: ms(named.and_then(|n| n.took.get(i).copied())),
+        decode: ms(decode),
+        detection: ms(Some(stages.detection)),
+        landmarks: ms(Some(stages.landmarks)),
+        embedding: ms(Some(stages.embedding)),
+        matching: ms(matching),
     }
 }
 
 /// RESULT holding one JSON document per image.
-fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor> {
+pub(super) fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor> {
     let shape = if model.settings.batched {
         vec![elements.len() as i64, 1]
     } else {
@@ -194,15 +207,16 @@ fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor>
 
 /// What one request did to its sequence: each frame's number and its faces'
 /// tracks, and at END what the sequence saw.
-struct Followed {
-    frames: Vec<(u64, Vec<u32>)>,
-    recap: Option<Recap>,
+pub(super) struct Followed {
+    pub frames: Vec<(u64, Vec<u32>)>,
+    pub recap: Option<Recap>,
 }
 
 /// Apply one request's sequence step: START opens the state, each frame joins
 /// it (faces get tracks), END takes what it saw and drops the state.
 fn follow_sequence(
     model: &ModelState,
+    job: &Job,
     step: &Step,
     found: &[Analysis],
     matches: Option<&[Vec<Match>]>,
@@ -215,6 +229,7 @@ fn follow_sequence(
         sequences.start(&step.id, now)?;
     }
     let state = sequences.get(&step.id, now)?;
+    state.cadence = job.cadence;
     let metric = model.gallery.metric();
     let frames = found
         .iter()
@@ -246,9 +261,10 @@ fn follow_sequence(
 }
 
 /// The documents' `sequence` part (frame null for those without an image),
-/// the faces' tracks, and the summary at END; a request with no document
+/// the faces' tracks (detected and, unless `detect_only`, embedded where
+/// not said otherwise), and the summary at END; a request with no document
 /// gets one.
-fn add_sequence(docs: &mut Vec<ImageDoc>, step: &Step, followed: Followed) {
+pub(super) fn add_sequence(docs: &mut Vec<ImageDoc>, step: &Step, followed: Followed) {
     let part = |frame| {
         Some(SequenceDoc {
             correlation_id: step.id.clone(),
@@ -258,6 +274,8 @@ fn add_sequence(docs: &mut Vec<ImageDoc>, step: &Step, followed: Followed) {
     for (doc, (frame, tracks)) in docs.iter_mut().zip(followed.frames) {
         for (face, track) in doc.faces.iter_mut().flatten().zip(tracks) {
             face.track = Some(track);
+            face.source = face.source.or(Some(Source::Detected.as_str()));
+            face.embedded = face.embedded.or(Some(face.naming.is_some()));
         }
         doc.sequence = part(Some(frame));
     }

@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::enroll_batch;
+use crate::backend::follow::{follow, settle_cadence};
 use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Analyzed, Job};
 use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
 use crate::backend::settings::Settings;
 use crate::backend::spread::analyze_spread;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::sequence::Sequences;
 use crate::triton::time::now_ns;
@@ -32,19 +33,28 @@ pub struct Batch {
 pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Request]) -> Batch {
     let settings = &model.settings;
     let dim = model.gallery.dim();
-    let jobs: Vec<Result<Job>> = requests
+    let mut jobs: Vec<Result<Job>> = requests
         .iter()
         .map(|r| {
             let by = model.access.admit(r)?;
             read_job(r, settings, dim).map(|job| Job { by, ..job })
         })
         .collect();
+    settle_cadence(model, &mut jobs);
     let size = jobs
         .iter()
         .map(|j| j.as_ref().map_or(1, |j| j.frames.len().max(1) as u64))
         .sum();
     let compute_start = now_ns();
     let mut batch = analyze(state, jobs, settings);
+    // Followed sequence frames, each on its own sequence's state.
+    let followed: Vec<Option<Outcome>> = batch
+        .iter()
+        .map(|item| match item {
+            Ok(a) if a.job.follows() => Some(follow_one(model, state, &a.job)),
+            _ => None,
+        })
+        .collect();
     let enrolled = enroll_batch(&model.gallery, &mut batch);
     let managed = manage_batch(&model.gallery, &mut batch);
 
@@ -60,8 +70,10 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
         .into_iter()
         .zip(enrolled)
         .zip(managed)
-        .map(|((item, enrolled), managed)| {
-            answer(model, item?, enrolled, managed, sequences.as_deref_mut())
+        .zip(followed)
+        .map(|(((item, enrolled), managed), followed)| match followed {
+            Some(outcome) => outcome,
+            None => answer(model, item?, enrolled, managed, sequences.as_deref_mut()),
         })
         .collect();
     if let (Some(seqs), Some(gauge)) = (sequences.as_deref(), &model.live_gauge) {
@@ -75,9 +87,19 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     }
 }
 
-/// All frames of the batch through the engine at once; each request gets its
-/// share back (an image the engine failed on fails its request). An
-/// EMBEDDING request's rows become one face each.
+/// A followed request on the instance's first engine (on the calling
+/// thread, whose GPU, if any, is bound).
+fn follow_one(model: &ModelState, state: &mut InstanceState, job: &Job) -> Outcome {
+    match state.engines.first_mut() {
+        Some(engine) => follow(model, engine.as_mut(), job),
+        None => Err(Error::internal("no engine for the batch")),
+    }
+}
+
+/// All frames of the batch through the engine at once (but followed
+/// sequence frames: follow.rs); each request gets its share back (an image
+/// the engine failed on fails its request). An EMBEDDING request's rows
+/// become one face each.
 fn analyze(
     state: &mut InstanceState,
     jobs: Vec<Result<Job>>,
@@ -86,6 +108,7 @@ fn analyze(
     let frames: Vec<(&Frame, Wanted)> = jobs
         .iter()
         .flatten()
+        .filter(|j| !j.follows())
         .flat_map(|j| {
             let wanted = j.wanted(settings);
             j.frames.iter().map(move |f| (f, wanted))
@@ -95,6 +118,12 @@ fn analyze(
     jobs.into_iter()
         .map(|job| {
             let job = job?;
+            if job.follows() {
+                return Ok(Analyzed {
+                    job,
+                    found: Vec::new(),
+                });
+            }
             // Always drain this job's share of the results, even on error.
             let found: Vec<Result<Analysis>> = results.by_ref().take(job.frames.len()).collect();
             let mut found = found

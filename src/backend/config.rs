@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::gallery::store::{PgSettings, StoreKind};
 use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
-use crate::sequence::Limits;
+use crate::sequence::{Cadence, Limits};
 
 /// Triton's own default for max_sequence_idle_microseconds.
 const DEFAULT_IDLE_US: u64 = 1_000_000;
@@ -44,13 +44,14 @@ fn bad_control(name: &str, what: impl std::fmt::Display) -> Error {
 }
 
 /// The sequence controls declared in `sequence_batching.control_input`.
-fn sequence_controls(batching: &Value, limits: Limits) -> Result<SequenceConfig> {
+fn sequence_controls(batching: &Value, limits: Limits, cadence: Cadence) -> Result<SequenceConfig> {
     let mut cfg = SequenceConfig {
         start: None,
         end: None,
         ready: None,
         corrid: None,
         limits,
+        cadence,
     };
     let inputs = match batching.get("control_input") {
         None => return Ok(cfg),
@@ -177,6 +178,7 @@ impl Settings {
                 max_frames: 0,
                 idle_timeout: Duration::from_micros(DEFAULT_IDLE_US),
             },
+            cadence: Cadence::EVERY_FRAME,
             model_dir,
             version_dir,
         };
@@ -197,6 +199,7 @@ impl Settings {
         let Draft {
             mut settings,
             mut limits,
+            cadence,
             ..
         } = draft;
         let max_batch = config_u64(config, "", "max_batch_size")?;
@@ -212,7 +215,7 @@ impl Settings {
             if idle > 0 {
                 limits.idle_timeout = Duration::from_micros(idle);
             }
-            settings.sequence = Some(sequence_controls(batching, limits)?);
+            settings.sequence = Some(sequence_controls(batching, limits, cadence)?);
         }
         Ok(settings)
     }

@@ -16,6 +16,7 @@ use crate::backend::tensors::{
 use crate::error::{Error, Result};
 use crate::gallery::MAX_TOP_K;
 use crate::pipeline::{Analysis, Frame, Wanted};
+use crate::sequence::{Cadence, MAX_CADENCE};
 use crate::triton::request::ParameterValue;
 use crate::triton::{sys, Input, Request};
 
@@ -32,6 +33,8 @@ pub const RETURN_CROPS: &str = "return_crops";
 pub const TIMINGS: &str = "timings";
 pub const CHANGES: &str = "changes";
 pub const CHANGES_LIMIT: &str = "changes_limit";
+pub const DETECT_EVERY: &str = "detect_every";
+pub const REIDENTIFY_EVERY: &str = "reidentify_every";
 /// LIST's record of changes: this many unless the request asks otherwise.
 const CHANGES_DEFAULT: usize = 100;
 const CHANGES_MAX: usize = 10_000;
@@ -84,6 +87,12 @@ pub struct Job {
     pub return_embeddings: Option<bool>,
     /// Sequence models: this request's place in its sequence.
     pub step: Option<Step>,
+    /// Sequence models: `detect_every` and `reidentify_every` as the request
+    /// asks them, for its sequence from now on.
+    pub asked: (Option<u32>, Option<u32>),
+    /// The cadence in force for its sequence (batch.rs settles it before
+    /// the engine runs).
+    pub cadence: Cadence,
     /// The label of the gallery key the request brought (access.rs), for
     /// the record of changes; `None` on a model without keys.
     pub by: Option<String>,
@@ -93,6 +102,16 @@ impl Job {
     /// A request Triton marks not ready (an idle slot of the sequence batcher).
     pub fn is_idle(&self) -> bool {
         self.step.as_ref().is_some_and(|s| !s.ready)
+    }
+
+    /// A sequence frame followed between detections (its cadence is not
+    /// every frame). What needs every face embedded, or none (ENROLL,
+    /// REFERENCE, `return_crops`, `detect_only`), is answered every frame.
+    pub fn follows(&self) -> bool {
+        let o = &self.options;
+        let every_face =
+            o.detect_only || o.crops || self.enroll.is_some() || self.reference.is_some();
+        self.step.is_some() && !self.cadence.every_frame() && !self.frames.is_empty() && !every_face
     }
 
     /// What the engine is asked for each frame of this request.
@@ -141,6 +160,8 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
         top_k: None,
         return_embeddings: None,
         step,
+        asked: (None, None),
+        cadence: Cadence::EVERY_FRAME,
         by: None,
     };
     if job.is_idle() {
@@ -150,6 +171,7 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
     job.top_k = read_top_k(request)?;
     job.return_embeddings = read_bool(request, RETURN_EMBEDDINGS)?;
     job.options = read_options(request, settings)?;
+    job.asked = read_cadence(request, job.step.is_some())?;
     job.manage = read_manage(request)?;
     if job.manage.is_some() {
         for alone in [IMAGE, ENCODED, ENROLL, EMBEDDING, REFERENCE] {
@@ -285,6 +307,25 @@ fn read_number(
             "request parameter {name} = {value} is invalid: expected {expected}"
         ))),
     }
+}
+
+/// `detect_every` and `reidentify_every`: sequence models only, 1 to
+/// `MAX_CADENCE`.
+fn read_cadence(request: &Request, sequence: bool) -> Result<(Option<u32>, Option<u32>)> {
+    let why = "frames of the sequence";
+    let max = MAX_CADENCE as usize;
+    let asked = (
+        read_count(request, DETECT_EVERY, max, why)?,
+        read_count(request, REIDENTIFY_EVERY, max, why)?,
+    );
+    let named = [(DETECT_EVERY, asked.0), (REIDENTIFY_EVERY, asked.1)];
+    if let Some((name, _)) = named.iter().find(|(_, v)| v.is_some() && !sequence) {
+        return Err(Error::invalid(format!(
+            "request parameter {name} applies to a sequence model's frames; this model has no \
+             sequence batching"
+        )));
+    }
+    Ok((asked.0.map(|n| n as u32), asked.1.map(|n| n as u32)))
 }
 
 /// `max_faces`: from 1 to the model's `max_faces_per_image`.

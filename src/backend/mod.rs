@@ -14,6 +14,7 @@ pub mod config;
 pub mod controls;
 pub mod enroll;
 pub mod execute;
+pub mod follow;
 pub mod instance;
 pub mod job;
 pub mod manage;

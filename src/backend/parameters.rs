@@ -11,7 +11,7 @@ use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};
 use crate::gallery::store::StoreKind;
 use crate::pipeline::image::PixelFormat;
-use crate::sequence::Limits;
+use crate::sequence::{Cadence, Limits, MAX_CADENCE};
 
 /// What a value must look like; shown in docs/parameters.md's type column and
 /// in the error for a bad value, so both always say the same.
@@ -77,6 +77,7 @@ pub enum Section {
 pub(crate) struct Draft<'a> {
     pub settings: Settings,
     pub limits: Limits,
+    pub cadence: Cadence,
     pub model_dir: &'a Path,
     pub version_dir: &'a Path,
 }
@@ -120,6 +121,11 @@ pub fn find(name: &str) -> Result<&'static Parameter> {
 
 fn positive<T: FromStr + PartialOrd + std::default::Default>(v: &str) -> Option<T> {
     v.parse().ok().filter(|n| *n > T::default())
+}
+
+/// `detect_every`, `reidentify_every`: 1 to `MAX_CADENCE`.
+fn cadence(v: &str) -> Option<u32> {
+    positive(v).filter(|n| *n <= MAX_CADENCE)
 }
 
 fn unsigned<T: FromStr>(v: &str) -> Option<T> {
@@ -402,6 +408,26 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning: "sequence models: frames a summary keeps",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.limits.max_frames = n),
+    },
+    Parameter {
+        name: "detect_every",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1"),
+        meaning: "sequence models: the detector runs on every this many frames of a sequence; \
+                  a tracker carries each face between (at most 1000; the request parameter of \
+                  the same name sets it for one sequence)",
+        section: Section::General,
+        apply: |d, v| cadence(v).map(|n| d.cadence.detect_every = n),
+    },
+    Parameter {
+        name: "reidentify_every",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1"),
+        meaning: "sequence models: a followed face is embedded and matched again at least \
+                  every this many frames (sooner when new, unsettled, resized or touching \
+                  another; at most 1000; also a request parameter)",
+        section: Section::General,
+        apply: |d, v| cadence(v).map(|n| d.cadence.reidentify_every = n),
     },
     Parameter {
         name: "min_compute_capability",

@@ -8,7 +8,7 @@ use crate::engine::onnx::OnnxSettings;
 use crate::gallery::store::{PgSettings, StoreKind};
 use crate::gpu::Capability;
 use crate::pipeline::image::PixelFormat;
-use crate::sequence::Limits;
+use crate::sequence::{Cadence, Limits};
 
 pub use crate::engine::EngineKind;
 
@@ -61,6 +61,8 @@ pub struct SequenceConfig {
     /// CORRID tensor name and whether it is TYPE_STRING (else TYPE_UINT64).
     pub corrid: Option<(String, bool)>,
     pub limits: Limits,
+    /// The sequences' default detection and re-identification cadence.
+    pub cadence: Cadence,
 }
 
 /// A boolean control tensor and the value that means true.

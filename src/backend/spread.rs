@@ -151,6 +151,12 @@ mod tests {
                 })
                 .collect()
         }
+        fn faces_at(&mut self, _: &Frame, _: &[BoxPx]) -> crate::error::Result<Vec<Face>> {
+            Err(Error::internal("probe: no landmarks"))
+        }
+        fn embed(&mut self, _: &Frame, _: &[&Face]) -> crate::error::Result<Vec<Vec<f32>>> {
+            Err(Error::internal("probe: no embeddings"))
+        }
     }
 
     fn face(width: u32) -> Face {

@@ -4,11 +4,12 @@
 pub mod dlib;
 pub mod fpu;
 pub mod onnx;
+pub mod tracker;
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::pipeline::{Analysis, Frame, Metric, Wanted};
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Wanted};
 use dlib::{DlibEngine, DlibSettings};
 use onnx::{OnnxEngine, OnnxSettings};
 
@@ -61,4 +62,11 @@ pub trait Engine: Send {
     /// result per frame: a frame with more faces than `Wanted::choose`
     /// allows is an error for that frame alone.
     fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>>;
+    /// The faces at `boxes` of `frame` (a tracker's boxes, not detected):
+    /// their landmarks, no score, no embedding.
+    fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>>;
+    /// The embeddings of `faces` of `frame` (from `analyze` without
+    /// embeddings, or `faces_at`), by their landmarks: what `analyze` would
+    /// have computed for them.
+    fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>>;
 }

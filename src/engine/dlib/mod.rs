@@ -5,7 +5,7 @@
 //! turns every C++ exception into an error for that image and refuses input
 //! that dlib cannot take safely.
 
-mod shim;
+pub(crate) mod shim;
 
 use std::path::Path;
 use std::time::Instant;
@@ -183,6 +183,29 @@ fn rect_box(r: &Rect) -> BoxPx {
     }
 }
 
+/// A tracked box as dlib's inclusive pixel box (rounded).
+fn box_rect(b: &BoxPx) -> Rect {
+    Rect {
+        left: b.left.round() as i64,
+        top: b.top.round() as i64,
+        right: b.right.round() as i64,
+        bottom: b.bottom.round() as i64,
+    }
+}
+
+/// A face back into the shape it came from (dlib's points are whole
+/// pixels, so this is exact for faces this engine found).
+fn shape(f: &Face) -> Shape {
+    let mut s = Shape {
+        rect: box_rect(&f.bbox),
+        ..Shape::default()
+    };
+    for (part, [x, y]) in s.parts.iter_mut().zip(f.landmarks) {
+        (part.x, part.y) = (x.round() as i64, y.round() as i64);
+    }
+    s
+}
+
 fn chip(rgb: Vec<u8>) -> Frame {
     Frame {
         width: CHIP_SIDE as u32,
@@ -250,6 +273,24 @@ impl Engine for DlibEngine {
             .iter()
             .map(|&(f, wanted)| self.analyze_one(f, wanted))
             .collect()
+    }
+    fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+        let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
+        boxes
+            .iter()
+            .map(|b| {
+                let shape = self.predictor.landmarks(&image, &box_rect(b))?;
+                Ok(face(&shape, Vec::new()))
+            })
+            .collect()
+    }
+    fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+        if faces.is_empty() {
+            return Ok(Vec::new());
+        }
+        let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
+        let shapes: Vec<Shape> = faces.iter().map(|f| shape(f)).collect();
+        self.encoder.encode(&image, &shapes)
     }
 }
 

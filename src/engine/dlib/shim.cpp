@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include <dlib/dnn.h>
+#include <dlib/image_processing/correlation_tracker.h>
 #include <dlib/image_processing/frontal_face_detector.h>
 #include <dlib/image_processing/full_object_detection.h>
 #include <dlib/image_processing/shape_predictor.h>
@@ -136,6 +138,9 @@ struct tf_encoder {
 };
 struct tf_image {
     image_t pixels;
+};
+struct tf_tracker {
+    dlib::correlation_tracker tracker;
 };
 
 namespace {
@@ -358,3 +363,49 @@ int tf_chips(const tf_image *image, const tf_shape *shapes, size_t count, uint8_
 }
 
 }  // extern "C"
+
+namespace {
+
+// dlib checks these with DLIB_CASSERT (a fatal_error, of which a second one
+// aborts the process): refuse them here instead.
+void check_track(const tf_image *image, const dlib::drectangle &box) {
+    require(image, "image");
+    if (image->pixels.size() == 0) throw bad_input("empty image");
+    const double sides[] = {box.left(), box.top(), box.right(), box.bottom()};
+    for (double v : sides)
+        if (!std::isfinite(v)) throw bad_input("the tracked box is not finite");
+    if (box.right() - box.left() < 1 || box.bottom() - box.top() < 1)
+        throw bad_input("the tracked box is under 1 px a side");
+}
+
+}  // namespace
+
+int tf_tracker_start(const tf_image *image, const tf_drect *rect, tf_tracker **out, char *err,
+                     size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(rect, "rect");
+        const dlib::drectangle box(rect->left, rect->top, rect->right, rect->bottom);
+        check_track(image, box);
+        auto t = std::make_unique<tf_tracker>();
+        t->tracker.start_track(image->pixels, box);
+        *out = t.release();
+        return TF_OK;
+    });
+}
+
+int tf_tracker_update(tf_tracker *tracker, const tf_image *image, tf_drect *out,
+                      double *confidence, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(tracker, "tracker");
+        require(out, "out");
+        require(confidence, "confidence");
+        check_track(image, tracker->tracker.get_position());
+        const double psr = tracker->tracker.update(image->pixels);
+        const dlib::drectangle b = tracker->tracker.get_position();
+        *out = tf_drect{b.left(), b.top(), b.right(), b.bottom()};
+        *confidence = psr;
+        return TF_OK;
+    });
+}
+
+void tf_tracker_free(tf_tracker *tracker) { delete tracker; }

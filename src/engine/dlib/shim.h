@@ -35,11 +35,17 @@ typedef struct tf_detector tf_detector;
 typedef struct tf_predictor tf_predictor;
 typedef struct tf_encoder tf_encoder;
 typedef struct tf_image tf_image;
+typedef struct tf_tracker tf_tracker;
 
 /* dlib::rectangle: inclusive pixel bounds. */
 typedef struct tf_rect {
     long left, top, right, bottom;
 } tf_rect;
+
+/* A box in sub-pixel units (a tracker's estimate). */
+typedef struct tf_drect {
+    double left, top, right, bottom;
+} tf_drect;
 
 typedef struct tf_point {
     long x, y;
@@ -95,6 +101,16 @@ int tf_encode(tf_encoder *encoder, const tf_image *image, const tf_shape *shapes
  * count * TF_CHIP_SIDE * TF_CHIP_SIDE * 3 bytes, RGB, row-major. */
 int tf_chips(const tf_image *image, const tf_shape *shapes, size_t count, uint8_t *out,
              char *err, size_t err_len);
+
+/* dlib's correlation tracker (DSST: position and scale), started on `rect`
+ * of `image`; the box must be finite and at least 1 px on each side. */
+int tf_tracker_start(const tf_image *image, const tf_drect *rect, tf_tracker **out, char *err,
+                     size_t err_len);
+/* The tracked box in the next image, and the peak-to-sidelobe ratio of the
+ * correlation (dlib: below about 7, the target is likely lost). */
+int tf_tracker_update(tf_tracker *tracker, const tf_image *image, tf_drect *out,
+                      double *confidence, char *err, size_t err_len);
+void tf_tracker_free(tf_tracker *tracker);
 
 #ifdef __cplusplus
 }

@@ -267,6 +267,52 @@ impl Drop for Image {
     }
 }
 
+/// dlib's correlation tracker following one box from image to image.
+pub struct Tracker(NonNull<sys::tf_tracker>);
+
+/// A box in sub-pixel units.
+pub type DRect = sys::tf_drect;
+
+impl Tracker {
+    pub fn start(image: &Image, rect: &DRect) -> Result<Self> {
+        let mut out = ptr::null_mut();
+        call("tracker", |err, len| {
+            // SAFETY: a live image, a valid rect and out-pointer, `len` bytes of `err`.
+            unsafe { sys::tf_tracker_start(image.0.as_ptr(), rect, &mut out, err, len) }
+        })?;
+        NonNull::new(out)
+            .map(Tracker)
+            .ok_or_else(|| Error::internal("dlib tracker is null"))
+    }
+
+    /// The box in `image` and the correlation's peak-to-sidelobe ratio.
+    pub fn update(&mut self, image: &Image) -> Result<(DRect, f64)> {
+        let (mut rect, mut confidence) = (DRect::default(), 0.0);
+        call("tracker", |err, len| {
+            // SAFETY: live objects, valid out-pointers; `&mut self` makes the
+            // update exclusive.
+            unsafe {
+                sys::tf_tracker_update(
+                    self.0.as_ptr(),
+                    image.0.as_ptr(),
+                    &mut rect,
+                    &mut confidence,
+                    err,
+                    len,
+                )
+            }
+        })?;
+        Ok((rect, confidence))
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        // SAFETY: created by the shim, freed once, here.
+        unsafe { sys::tf_tracker_free(self.0.as_ptr()) }
+    }
+}
+
 // SAFETY: each owns its C++ object alone (no copies, no shared state in the
 // shim), and dlib's CPU objects have no thread affinity, so they may move
 // between threads; they are not Sync, and mutation needs `&mut`.
@@ -275,6 +321,10 @@ unsafe impl Send for Detector {}
 unsafe impl Send for Predictor {}
 // SAFETY: as for Detector.
 unsafe impl Send for Encoder {}
+// SAFETY: as for Detector.
+unsafe impl Send for Tracker {}
+// SAFETY: as for Detector (an image is only read once made).
+unsafe impl Send for Image {}
 
 #[cfg(test)]
 mod tests {

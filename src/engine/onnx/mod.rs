@@ -180,7 +180,7 @@ impl OnnxEngine {
         warp_affine(frame, &similarity(five, &reference)?, w, h)
     }
 
-    fn embed(&self, chips: &[Frame]) -> Result<Vec<Vec<f32>>> {
+    fn embed_chips(&self, chips: &[Frame]) -> Result<Vec<Vec<f32>>> {
         let norm = self.settings.embedder_norm;
         let run = |batch: &[Frame]| -> Result<Vec<Vec<f32>>> {
             let out = self.embedder.run(to_input(batch, norm)?)?;
@@ -233,7 +233,7 @@ impl OnnxEngine {
             });
         }
         if wanted.embeddings && !chips.is_empty() {
-            for (face, embedding) in faces.iter_mut().zip(self.embed(&chips)?) {
+            for (face, embedding) in faces.iter_mut().zip(self.embed_chips(&chips)?) {
                 face.embedding = embedding;
             }
             laps.lap("embedder");
@@ -388,5 +388,32 @@ impl Engine for OnnxEngine {
             .iter()
             .map(|&(f, wanted)| self.analyze_one(f, wanted, &mut Laps::new()))
             .collect()
+    }
+    fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+        let _flush = FlushDenormals::new(self.settings.flush_denormals);
+        let net = self.landmarks.as_ref().expect("checked at load");
+        boxes
+            .iter()
+            .map(|&bbox| {
+                Ok(Face {
+                    bbox,
+                    score: None,
+                    landmarks: self.landmarks(net, frame, &bbox)?,
+                    embedding: Vec::new(),
+                    crop: None,
+                })
+            })
+            .collect()
+    }
+    fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+        if faces.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _flush = FlushDenormals::new(self.settings.flush_denormals);
+        let chips = faces
+            .iter()
+            .map(|f| self.align(frame, &f.landmarks))
+            .collect::<Result<Vec<_>>>()?;
+        self.embed_chips(&chips)
     }
 }

@@ -4,7 +4,11 @@
 //! tracks by embedding (by box overlap with the track's last box for frames
 //! sent with `detect_only`, which have none); a track keeps a running
 //! centroid and its last box, not every embedding, and the summary keeps at
-//! most `max_frames` frames, so memory per sequence is bounded.
+//! most `max_frames` frames, so memory per sequence is bounded. A sequence
+//! whose `Cadence` is not every frame follows its faces between detections
+//! (follow.rs).
+
+mod follow;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Metric};
+use follow::Follow;
+
+pub use follow::{FollowedFace, FollowedFrame, Source, Work};
 
 /// A person's name; `None` is a face that matched nobody.
 pub type Name = Option<String>;
@@ -53,6 +60,38 @@ pub struct TrackRecap {
     pub best_distance: Option<f32>,
 }
 
+/// How often a sequence runs the detector and re-embeds a followed face
+/// (model parameters `detect_every` and `reidentify_every`, and request
+/// parameters of the same names for one sequence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cadence {
+    pub detect_every: u32,
+    pub reidentify_every: u32,
+}
+
+/// The most frames `detect_every` and `reidentify_every` may name.
+pub const MAX_CADENCE: u32 = 1000;
+
+impl Cadence {
+    /// Detect and embed every face of every frame: no tracker.
+    pub const EVERY_FRAME: Cadence = Cadence {
+        detect_every: 1,
+        reidentify_every: 1,
+    };
+
+    pub fn every_frame(&self) -> bool {
+        *self == Cadence::EVERY_FRAME
+    }
+
+    /// This cadence with what a request asks instead.
+    pub fn asked(self, detect_every: Option<u32>, reidentify_every: Option<u32>) -> Cadence {
+        Cadence {
+            detect_every: detect_every.unwrap_or(self.detect_every),
+            reidentify_every: reidentify_every.unwrap_or(self.reidentify_every),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub max_sequences: usize,
@@ -77,9 +116,13 @@ struct Track {
     embedded: u32,
     last_box: BoxPx,
     seen: u32,
+    /// The last frame it was seen in.
+    last_frame: u64,
     votes: HashMap<Name, u32>,
     best_distance: Option<f32>,
     frames: Vec<u64>,
+    /// While its face is followed between detections: the tracker.
+    follow: Option<Follow>,
 }
 
 struct KeptFrame {
@@ -87,6 +130,8 @@ struct KeptFrame {
 }
 
 pub struct SequenceState {
+    /// Set at START, changed by any request that names it.
+    pub cadence: Cadence,
     frames: u64,
     tracks: Vec<Track>,
     kept: Vec<KeptFrame>,
@@ -97,8 +142,23 @@ impl Track {
     /// One more sighting: running centroid, a vote for its name, the best
     /// distance of a named sighting, the frame (up to the limit).
     fn record(&mut self, face: &Observed<'_>, frame: u64, limits: &Limits) {
+        self.sighted(face.bbox, frame, limits);
+        self.identified(face);
+    }
+
+    /// Seen at `bbox` in `frame`.
+    fn sighted(&mut self, bbox: BoxPx, frame: u64, limits: &Limits) {
         self.seen += 1;
-        self.last_box = face.bbox;
+        self.last_box = bbox;
+        self.last_frame = frame;
+        if self.frames.len() < limits.max_frames {
+            self.frames.push(frame);
+        }
+    }
+
+    /// What the gallery said of one of its sightings: running centroid, a
+    /// vote for the name, the best distance as a named face.
+    fn identified(&mut self, face: &Observed<'_>) {
         if !face.embedding.is_empty() {
             if self.centroid.len() != face.embedding.len() {
                 (self.centroid, self.embedded) = (vec![0.0; face.embedding.len()], 0);
@@ -116,15 +176,13 @@ impl Track {
                 (b, d) => b.or(d),
             };
         }
-        if self.frames.len() < limits.max_frames {
-            self.frames.push(frame);
-        }
     }
 }
 
 impl SequenceState {
     fn new(now: Instant) -> Self {
         SequenceState {
+            cadence: Cadence::EVERY_FRAME,
             frames: 0,
             tracks: Vec::new(),
             kept: Vec::new(),
@@ -157,15 +215,20 @@ impl SequenceState {
                 self.tracks[ti].id
             })
             .collect();
+        self.keep(
+            faces.iter().map(|f| (f.name.map(str::to_string), f.bbox)),
+            limits,
+        );
+        (frame, ids)
+    }
+
+    /// The frame's faces for the summary (the first `max_frames` frames).
+    fn keep(&mut self, faces: impl Iterator<Item = (Name, BoxPx)>, limits: &Limits) {
         if self.kept.len() < limits.max_frames {
             self.kept.push(KeptFrame {
-                faces: faces
-                    .iter()
-                    .map(|f| (f.name.map(str::to_string), f.bbox))
-                    .collect(),
+                faces: faces.collect(),
             });
         }
-        (frame, ids)
     }
 
     /// The existing track of each face, if any: a face joins the nearest
@@ -208,9 +271,11 @@ impl SequenceState {
             embedded: 0,
             last_box: bbox,
             seen: 0,
+            last_frame: 0,
             votes: HashMap::new(),
             best_distance: None,
             frames: Vec::new(),
+            follow: None,
         });
         self.tracks.len() - 1
     }
@@ -265,6 +330,9 @@ fn majority(votes: &HashMap<Name, u32>) -> Name {
 /// All live sequences of a model.
 pub struct Sequences {
     live: HashMap<CorrelationId, SequenceState>,
+    /// States taken out while their frame is followed (`take`), counted
+    /// against `max_sequences`.
+    away: usize,
     limits: Limits,
 }
 
@@ -272,6 +340,7 @@ impl Sequences {
     pub fn new(limits: Limits) -> Self {
         Sequences {
             live: HashMap::new(),
+            away: 0,
             limits,
         }
     }
@@ -299,9 +368,10 @@ impl Sequences {
 
     /// Open (or restart) the state of `id`.
     pub fn start(&mut self, id: &CorrelationId, now: Instant) -> Result<&mut SequenceState> {
-        if !self.live.contains_key(id) && self.live.len() >= self.limits.max_sequences {
+        let full = |s: &Self| s.live.len() + s.away >= s.limits.max_sequences;
+        if !self.live.contains_key(id) && full(self) {
             self.evict_idle(now);
-            if self.live.len() >= self.limits.max_sequences {
+            if full(self) {
                 return Err(Error::unavailable(format!(
                     "cannot start sequence {id}: {} sequences are live, the limit is max_sequences = {}",
                     self.live.len(),
@@ -325,9 +395,30 @@ impl Sequences {
         Ok(state)
     }
 
+    /// The cadence of `id`'s live state, if it has one.
+    pub fn cadence_of(&self, id: &CorrelationId) -> Option<Cadence> {
+        self.live.get(id).map(|s| s.cadence)
+    }
+
     /// Close `id`, returning its state.
     pub fn end(&mut self, id: &CorrelationId) -> Option<SequenceState> {
         self.live.remove(id)
+    }
+
+    /// Take the live state of `id` out to work on it without this lock
+    /// (its sequence's frames come one at a time); `put_back` returns it.
+    pub fn take(&mut self, id: &CorrelationId, now: Instant) -> Result<SequenceState> {
+        self.get(id, now)?;
+        self.away += 1;
+        Ok(self.live.remove(id).expect("checked by get"))
+    }
+
+    /// Return a state from `take` (dropped instead when its sequence ended).
+    pub fn put_back(&mut self, id: &CorrelationId, state: Option<SequenceState>) {
+        self.away = self.away.saturating_sub(1);
+        if let Some(state) = state {
+            self.live.insert(id.clone(), state);
+        }
     }
 }
 
@@ -446,6 +537,28 @@ mod tests {
         assert_eq!(majority(&votes), obama);
         let votes = HashMap::from([(None, 3), (obama, 2)]);
         assert_eq!(majority(&votes), None);
+    }
+
+    #[test]
+    fn a_state_taken_out_still_counts_until_put_back_or_ended() {
+        let t0 = Instant::now();
+        let mut seqs = Sequences::new(LIMITS);
+        let (a, b, c) = (
+            CorrelationId::Int(1),
+            CorrelationId::Int(2),
+            CorrelationId::Int(3),
+        );
+        seqs.start(&a, t0).unwrap();
+        seqs.start(&b, t0).unwrap();
+        let state = seqs.take(&a, t0).unwrap();
+        assert!(seqs.start(&c, t0).is_err(), "a is away, not gone");
+        assert!(seqs.get(&a, t0).is_err(), "a is being worked on");
+        seqs.put_back(&a, Some(state));
+        assert!(seqs.get(&a, t0).is_ok());
+        seqs.take(&a, t0).unwrap();
+        seqs.put_back(&a, None); // its END came with the frame
+        seqs.start(&c, t0).unwrap();
+        assert!(seqs.get(&a, t0).is_err());
     }
 
     #[test]

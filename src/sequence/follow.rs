@@ -1,0 +1,357 @@
+//! Following faces between detections: a sequence runs the detector on every
+//! `detect_every`-th frame and, on the frames between, carries each track's
+//! box forward with a visual tracker (engine::tracker). A detection frame
+//! re-anchors the tracks by overlap, starts new ones and ends those whose face
+//! is gone. A face is embedded and matched only when that tells something new
+//! (its track is new or unsettled, its box changed size, it touches another
+//! face, or `reidentify_every` frames passed); otherwise it carries its
+//! track's name and last distance. Names come from the track's votes, so they
+//! do not flicker.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::tracker::{BoxTracker, TrackFrame, LOST_BELOW};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::gallery::Match;
+use crate::pipeline::{BoxPx, Face, Frame, Metric, Stages, Wanted};
+
+use super::{majority, overlap, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
+
+/// How a face of a followed frame was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Detected,
+    Tracked,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Detected => "detected",
+            Source::Tracked => "tracked",
+        }
+    }
+}
+
+/// One face of a followed frame, as answered.
+pub struct FollowedFace {
+    pub face: Face,
+    pub source: Source,
+    /// Embedded and matched in this frame (else carried from its track).
+    pub embedded: bool,
+    /// The track's name; the distance of this frame's match, or the track's
+    /// last; candidates only when embedded.
+    pub matched: Match,
+    pub track: u32,
+}
+
+/// One followed frame: its number in the sequence, its faces in answer
+/// order, and the time each stage took (matching with recording).
+pub struct FollowedFrame {
+    pub number: u64,
+    pub faces: Vec<FollowedFace>,
+    pub stages: Stages,
+    pub matching: Duration,
+}
+
+/// What following one frame needs from outside the sequence.
+pub struct Work<'a> {
+    pub engine: &'a mut dyn Engine,
+    /// What the request asks of each detection (embeddings are decided here).
+    pub wanted: Wanted,
+    /// The gallery's answer for one embedding.
+    pub matcher: &'a dyn Fn(&[f32]) -> Result<Match>,
+    pub metric: Metric,
+    pub threshold: f32,
+    pub limits: Limits,
+}
+
+/// A followed track's tracker and what its last embedding saw.
+pub(super) struct Follow {
+    /// None when every frame is detected: a detection re-finds the face by
+    /// its last box, and no tracker is paid for.
+    tracker: Option<BoxTracker>,
+    /// Box and frame of its last embedding (`None`: not embedded yet).
+    embedded: Option<(BoxPx, u64)>,
+    /// The gallery's distance at its last embedding.
+    distance: Option<f32>,
+}
+
+/// A box whose area changed by more than this factor since its last
+/// embedding is embedded again (the face turned, came closer or went away).
+const AREA_CHANGE: f32 = 1.44;
+/// A track whose leading name holds less than this share of its votes, or
+/// whose last distance is within this share of the threshold, is unsettled.
+const SETTLED_SHARE: f32 = 0.75;
+const NEAR_THRESHOLD: f32 = 0.1;
+
+impl SequenceState {
+    /// Follow one frame: detect or track, embed what needs it, match, and
+    /// record.
+    pub fn follow(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
+        let n = self.frames;
+        let mut stages = Stages::default();
+        let started = Instant::now();
+        // Every frame detected: no tracker.
+        let image = match self.cadence.detect_every {
+            1 => None,
+            _ => Some(TrackFrame::new(frame)?),
+        };
+        let carried = self.carry(image.as_ref());
+        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every));
+        let (mut faces, mut track_of, source) = match detect {
+            true => self.detected(frame, work, carried)?,
+            false => self.tracked(frame, work, carried)?,
+        };
+        // Detection frames: the detector and the trackers' re-anchoring;
+        // others: the trackers and the landmarks at their boxes.
+        match detect {
+            true => stages.detection = started.elapsed(),
+            false => stages.landmarks = started.elapsed(),
+        }
+        let started = Instant::now();
+        let due: Vec<bool> = (0..faces.len())
+            .map(|i| {
+                let touching = faces
+                    .iter()
+                    .enumerate()
+                    .any(|(j, o)| j != i && overlap(&o.bbox, &faces[i].bbox) > 0.0);
+                touching || track_of[i].is_none_or(|t| self.due(t, &faces[i].bbox, n, work))
+            })
+            .collect();
+        let chosen: Vec<&Face> = faces
+            .iter()
+            .zip(&due)
+            .filter(|(_, d)| **d)
+            .map(|(f, _)| f)
+            .collect();
+        let embeddings = work.engine.embed(frame, &chosen)?;
+        let mut embeddings = embeddings.into_iter();
+        for (face, _) in faces.iter_mut().zip(&due).filter(|(_, d)| **d) {
+            face.embedding = embeddings
+                .next()
+                .ok_or_else(|| Error::internal("one embedding per face"))?;
+        }
+        stages.embedding = started.elapsed();
+        let started = Instant::now();
+        let mut answered = Vec::with_capacity(faces.len());
+        for (i, face) in faces.drain(..).enumerate() {
+            answered.push(self.answer(image.as_ref(), face, &mut track_of[i], source, work)?);
+        }
+        self.keep(
+            answered
+                .iter()
+                .map(|f| (f.matched.name.clone(), f.face.bbox)),
+            &work.limits,
+        );
+        self.frames += 1;
+        Ok(FollowedFrame {
+            number: n,
+            faces: answered,
+            stages,
+            matching: started.elapsed(),
+        })
+    }
+
+    /// Each followed track's box in this frame, by its tracker (its last
+    /// box where it has none; a tracker that fails lets its track go).
+    fn carry(&mut self, image: Option<&TrackFrame>) -> Vec<(usize, BoxPx, f32)> {
+        let mut carried = Vec::new();
+        for (t, track) in self.tracks.iter_mut().enumerate() {
+            let Some(follow) = track.follow.as_mut() else {
+                continue;
+            };
+            match (follow.tracker.as_mut(), image) {
+                (Some(tracker), Some(image)) => match tracker.update(image) {
+                    Ok((bbox, confidence)) => carried.push((t, bbox, confidence)),
+                    Err(_) => track.follow = None,
+                },
+                _ => carried.push((t, track.last_box, f32::INFINITY)),
+            }
+        }
+        carried
+    }
+
+    /// A detection frame: the detector's faces (landmarks, no embedding),
+    /// each with the track whose carried box it overlaps most; tracks no
+    /// face overlaps end.
+    fn detected(
+        &mut self,
+        frame: &Frame,
+        work: &mut Work<'_>,
+        carried: Vec<(usize, BoxPx, f32)>,
+    ) -> Result<(Vec<Face>, Vec<Option<usize>>, Source)> {
+        let wanted = Wanted {
+            embeddings: false,
+            crops: false,
+            ..work.wanted
+        };
+        let faces = work
+            .engine
+            .analyze(&[(frame, wanted)])
+            .pop()
+            .ok_or_else(|| Error::internal("one result per frame"))??
+            .faces;
+        let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
+        for (f, face) in faces.iter().enumerate() {
+            for &(t, bbox, _) in &carried {
+                let o = overlap(&face.bbox, &bbox);
+                if o >= MIN_OVERLAP {
+                    pairs.push((o, f, t));
+                }
+            }
+        }
+        pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut track_of = vec![None; faces.len()];
+        let mut kept = vec![false; self.tracks.len()];
+        for (_, f, t) in pairs {
+            if track_of[f].is_none() && !kept[t] {
+                (track_of[f], kept[t]) = (Some(t), true);
+            }
+        }
+        for (t, ..) in carried {
+            if !kept[t] {
+                self.tracks[t].follow = None;
+            }
+        }
+        Ok((faces, track_of, Source::Detected))
+    }
+
+    /// A frame between detections: each track its tracker still holds (sure
+    /// enough, its box's centre in the frame), with the engine's landmarks
+    /// at that box.
+    fn tracked(
+        &mut self,
+        frame: &Frame,
+        work: &mut Work<'_>,
+        carried: Vec<(usize, BoxPx, f32)>,
+    ) -> Result<(Vec<Face>, Vec<Option<usize>>, Source)> {
+        let (w, h) = (frame.width as f32, frame.height as f32);
+        let mut held = Vec::with_capacity(carried.len());
+        for (t, b, confidence) in carried {
+            let (cx, cy) = ((b.left + b.right) / 2.0, (b.top + b.bottom) / 2.0);
+            let inside = (0.0..w).contains(&cx) && (0.0..h).contains(&cy);
+            if confidence >= LOST_BELOW && inside && b.shorter_side() >= 1.0 {
+                held.push((t, b));
+            } else {
+                self.tracks[t].follow = None;
+            }
+        }
+        let boxes: Vec<BoxPx> = held.iter().map(|(_, b)| *b).collect();
+        let faces = work.engine.faces_at(frame, &boxes)?;
+        let track_of = held.iter().map(|(t, _)| Some(*t)).collect();
+        Ok((faces, track_of, Source::Tracked))
+    }
+
+    /// Whether track `t`'s face at `bbox` in frame `n` is embedded again.
+    fn due(&self, t: usize, bbox: &BoxPx, n: u64, work: &Work<'_>) -> bool {
+        let track = &self.tracks[t];
+        let Some((at, when)) = track.follow.as_ref().and_then(|f| f.embedded) else {
+            return true;
+        };
+        let ratio = bbox.area() / at.area().max(1.0);
+        let resized = !(1.0 / AREA_CHANGE..=AREA_CHANGE).contains(&ratio);
+        let stale = n - when >= u64::from(self.cadence.reidentify_every);
+        let near = track
+            .follow
+            .as_ref()
+            .and_then(|f| f.distance)
+            .is_some_and(|d| (d - work.threshold).abs() < NEAR_THRESHOLD * work.threshold);
+        resized || stale || near || !settled(track)
+    }
+
+    /// Record one face in its track (a new one when it has none, or when
+    /// its embedding is no longer its track's person), restart its tracker
+    /// on a detected box, and answer it with the track's name.
+    fn answer(
+        &mut self,
+        image: Option<&TrackFrame>,
+        face: Face,
+        track_of: &mut Option<usize>,
+        source: Source,
+        work: &Work<'_>,
+    ) -> Result<FollowedFace> {
+        let n = self.frames;
+        let embedded = !face.embedding.is_empty();
+        let matched = match embedded {
+            true => Some((work.matcher)(&face.embedding)?),
+            false => None,
+        };
+        if let Some(t) = *track_of {
+            let centroid = &self.tracks[t].centroid;
+            let other = embedded
+                && centroid.len() == face.embedding.len()
+                && work.metric.distance(centroid, &face.embedding) > work.threshold;
+            if other {
+                // The tracker slid onto someone else: that face starts anew.
+                self.tracks[t].follow = None;
+                *track_of = None;
+            }
+        }
+        if track_of.is_none() && embedded {
+            *track_of = self.rejoin(&face.embedding, work);
+        }
+        let t = track_of.unwrap_or_else(|| self.new_track(face.bbox));
+        let restart = source == Source::Detected || self.tracks[t].follow.is_none();
+        let track = &mut self.tracks[t];
+        track.sighted(face.bbox, n, &work.limits);
+        if restart {
+            let tracker = image.map(|i| BoxTracker::start(i, face.bbox)).transpose()?;
+            let before = track.follow.take();
+            track.follow = Some(Follow {
+                tracker,
+                embedded: before.as_ref().and_then(|f| f.embedded),
+                distance: before.and_then(|f| f.distance),
+            });
+        }
+        if let Some(m) = &matched {
+            let follow = track.follow.as_mut().expect("set above");
+            (follow.embedded, follow.distance) = (Some((face.bbox, n)), m.distance);
+            track.identified(&Observed {
+                embedding: &face.embedding,
+                name: m.name.as_deref(),
+                distance: m.distance,
+                bbox: face.bbox,
+            });
+        }
+        let distance = track.follow.as_ref().and_then(|f| f.distance);
+        Ok(FollowedFace {
+            matched: Match {
+                name: majority(&track.votes),
+                distance,
+                candidates: matched.map(|m| m.candidates).unwrap_or_default(),
+            },
+            embedded,
+            source,
+            track: track.id,
+            face,
+        })
+    }
+}
+
+impl SequenceState {
+    /// The track, not seen in this frame, whose centroid is nearest to a
+    /// face no box continued (within the threshold): a face the tracker or
+    /// the overlap lost, found again by its embedding.
+    fn rejoin(&self, embedding: &[f32], work: &Work<'_>) -> Option<usize> {
+        let n = self.frames;
+        self.tracks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.centroid.len() == embedding.len() && (t.seen == 0 || t.last_frame != n)
+            })
+            .map(|(i, t)| (work.metric.distance(&t.centroid, embedding), i))
+            .filter(|(d, _)| *d <= work.threshold)
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, i)| i)
+    }
+}
+
+/// Whether a track's name is settled: its leading name holds most votes.
+fn settled(track: &Track) -> bool {
+    let total: u32 = track.votes.values().sum();
+    let top = track.votes.values().max().copied().unwrap_or(0);
+    total > 0 && top as f32 >= SETTLED_SHARE * total as f32
+}
