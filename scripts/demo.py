@@ -17,19 +17,26 @@ from PIL import Image
 import face_api
 
 
-def infer(client, model, photo=None, enroll=None, **sequence):
+def infer(client, model, photo=None, enroll=None, parameters=None, **sequence):
     """One request: the photo's encoded bytes (and ENROLL when given) -> the JSON
     document. `sequence` passes sequence_id / sequence_start / sequence_end."""
-    return face_api.infer(client, model, photo=photo.read_bytes() if photo else None,
+    return face_api.infer(client, model, parameters, photo=photo.read_bytes() if photo else None,
                           enroll=enroll, **sequence)
+
+
+EVERY_FRAME = {"detect_every": 1, "reidentify_every": 1}
 
 
 def run_sequence(client, model, photos, names, sequence_id=42):
     """One stateful sequence: START with the first photo, one request per
-    photo, then END without a frame, which answers with the summary."""
+    photo, then END without a frame, which answers with the summary. Photos
+    are not video: the START asks for every frame in full (no tracker, every
+    face embedded)."""
     print(f"== sequence {sequence_id} on {model}: {', '.join(names)}")
     for i, name in enumerate(names):
-        doc = infer(client, model, photos / name, sequence_id=sequence_id, sequence_start=(i == 0))
+        start = i == 0
+        doc = infer(client, model, photos / name, parameters=EVERY_FRAME if start else None,
+                    sequence_id=sequence_id, sequence_start=start)
         faces = ", ".join(f'{f["name"]} (track {f["track"]})' for f in doc["faces"]) or "no face"
         print(f"   frame {doc['sequence']['frame']} {name}: {faces}")
     doc = infer(client, model, sequence_id=sequence_id, sequence_end=True)

