@@ -12,7 +12,7 @@ use crate::backend::model::ModelState;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::result::{FaceDoc, ImageDoc};
-use crate::sequence::{FollowedFrame, SequenceState, Sequences, Work};
+use crate::sequence::{CorrelationId, FollowedFrame, SequenceState, Sequences, Work};
 
 /// Decide, under the sequences' lock, the cadence in force for each
 /// sequence request of the batch: what it asks, else its sequence's, else
@@ -44,19 +44,27 @@ pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome
         .as_ref()
         .ok_or_else(|| Error::internal("sequence state is missing"))?;
     let now = Instant::now();
-    let mut state = {
+    let state = {
         let mut seqs = lock(sequences);
         if step.start {
             seqs.start(&step.id, now)?;
         }
         seqs.take(&step.id, now)?
     };
+    let mut taken = Taken {
+        sequences,
+        id: &step.id,
+        state: Some(state),
+        ended: false,
+    };
+    let state = taken.state.as_mut().expect("just taken");
     state.cadence = job.cadence;
-    let frames = follow_frames(model, engine, job, &mut state);
+    let frames = follow_frames(model, engine, job, state);
     // A frame that failed leaves its sequence open, as on every frame.
     let ended = step.end && frames.is_ok();
     let recap = ended.then(|| state.recap());
-    lock(sequences).put_back(&step.id, (!ended).then_some(state));
+    taken.ended = ended;
+    drop(taken);
     let frames = frames?;
     let mut docs = Vec::with_capacity(frames.len());
     let mut numbers = Vec::with_capacity(frames.len());
@@ -137,6 +145,23 @@ fn frame_doc(model: &ModelState, job: &Job, i: usize, frame: FollowedFrame) -> I
         ));
     }
     doc
+}
+
+/// A sequence's state taken out of the model's sequences while its frames
+/// are followed: put back (or dropped, once ended) however the work ends,
+/// a panic included, so no state is lost and `max_sequences` keeps its room.
+struct Taken<'a> {
+    sequences: &'a Mutex<Sequences>,
+    id: &'a CorrelationId,
+    state: Option<SequenceState>,
+    ended: bool,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let state = self.state.take().filter(|_| !self.ended);
+        lock(self.sequences).put_back(self.id, state);
+    }
 }
 
 fn lock(sequences: &Mutex<Sequences>) -> MutexGuard<'_, Sequences> {

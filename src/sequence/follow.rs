@@ -90,6 +90,17 @@ impl SequenceState {
     /// Follow one frame: detect or track, embed what needs it, match, and
     /// record.
     pub fn follow(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
+        let followed = self.follow_frame(frame, work);
+        if followed.is_err() {
+            // A frame that failed may have moved some trackers and not
+            // others: none is kept, the next frame detects afresh.
+            self.tracks.iter_mut().for_each(|t| t.follow = None);
+            self.size = None;
+        }
+        followed
+    }
+
+    fn follow_frame(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
         let n = self.frames;
         let mut stages = Stages::default();
         let started = Instant::now();
@@ -104,10 +115,16 @@ impl SequenceState {
         if self.size != size {
             self.tracks.iter_mut().for_each(|t| t.follow = None);
         }
+        // A followed face without a tracker (every frame was detected until
+        // now, or its box could not be tracked) is found by a detection.
+        let untracked = image.is_some()
+            && (self.tracks.iter()).any(|t| t.follow.as_ref().is_some_and(|f| f.tracker.is_none()));
         let carried = self.carry(image.as_ref());
-        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every)) || self.size != size;
+        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every))
+            || self.size != size
+            || untracked;
         self.size = size;
-        let (mut faces, mut track_of, source) = match detect {
+        let (mut faces, track_of, source) = match detect {
             true => self.detected(frame, work, carried)?,
             false => self.tracked(frame, work, carried)?,
         };
@@ -142,9 +159,19 @@ impl SequenceState {
         }
         stages.embedding = started.elapsed();
         let started = Instant::now();
+        // Tracks continued by a face of this frame: no other face rejoins them.
+        let claimed: Vec<usize> = track_of.iter().flatten().copied().collect();
         let mut answered = Vec::with_capacity(faces.len());
         for (i, face) in faces.drain(..).enumerate() {
-            answered.push(self.answer(image.as_ref(), face, &mut track_of[i], source, work)?);
+            let mut continued = track_of[i];
+            answered.push(self.answer(
+                image.as_ref(),
+                face,
+                &mut continued,
+                &claimed,
+                source,
+                work,
+            )?);
         }
         self.keep(
             answered
@@ -276,6 +303,7 @@ impl SequenceState {
         image: Option<&TrackFrame>,
         face: Face,
         track_of: &mut Option<usize>,
+        claimed: &[usize],
         source: Source,
         work: &Work<'_>,
     ) -> Result<FollowedFace> {
@@ -297,14 +325,16 @@ impl SequenceState {
             }
         }
         if track_of.is_none() && embedded {
-            *track_of = self.rejoin(&face.embedding, work);
+            *track_of = self.rejoin(&face.embedding, claimed, work);
         }
         let t = track_of.unwrap_or_else(|| self.new_track(face.bbox));
         let restart = source == Source::Detected || self.tracks[t].follow.is_none();
         let track = &mut self.tracks[t];
         track.sighted(face.bbox, n, &work.limits);
         if restart {
-            let tracker = image.map(|i| BoxTracker::start(i, face.bbox)).transpose()?;
+            // A box the tracker refuses (under 1 px a side) is found again
+            // by the next detection.
+            let tracker = image.and_then(|i| BoxTracker::start(i, face.bbox).ok());
             let before = track.follow.take();
             track.follow = Some(Follow {
                 tracker,
@@ -338,17 +368,16 @@ impl SequenceState {
 }
 
 impl SequenceState {
-    /// The track, not seen in this frame, whose centroid is nearest to a
-    /// face no box continued (within the threshold): a face the tracker or
-    /// the overlap lost, found again by its embedding.
-    fn rejoin(&self, embedding: &[f32], work: &Work<'_>) -> Option<usize> {
+    /// The track, neither seen nor `claimed` in this frame, whose centroid
+    /// is nearest to a face no box continued (within the threshold): a face
+    /// the tracker or the overlap lost, found again by its embedding.
+    fn rejoin(&self, embedding: &[f32], claimed: &[usize], work: &Work<'_>) -> Option<usize> {
         let n = self.frames;
         self.tracks
             .iter()
             .enumerate()
-            .filter(|(_, t)| {
-                t.centroid.len() == embedding.len() && (t.seen == 0 || t.last_frame != n)
-            })
+            .filter(|(i, t)| !claimed.contains(i) && (t.seen == 0 || t.last_frame != n))
+            .filter(|(_, t)| t.centroid.len() == embedding.len())
             .map(|(i, t)| (work.metric.distance(&t.centroid, embedding), i))
             .filter(|(d, _)| *d <= work.threshold)
             .min_by(|a, b| a.0.total_cmp(&b.0))

@@ -159,17 +159,20 @@ impl Track {
     }
 
     /// What the gallery said of one of its sightings: running centroid, a
-    /// vote for the name, the best distance as a named face.
+    /// vote for the name, the best distance as a named face. A face without
+    /// an embedding (`detect_only`, or carried between embeddings) was not
+    /// asked: it does not vote.
     fn identified(&mut self, face: &Observed<'_>) {
-        if !face.embedding.is_empty() {
-            if self.centroid.len() != face.embedding.len() {
-                (self.centroid, self.embedded) = (vec![0.0; face.embedding.len()], 0);
-            }
-            self.embedded += 1;
-            let n = self.embedded as f32;
-            for (c, e) in self.centroid.iter_mut().zip(face.embedding) {
-                *c += (e - *c) / n;
-            }
+        if face.embedding.is_empty() {
+            return;
+        }
+        if self.centroid.len() != face.embedding.len() {
+            (self.centroid, self.embedded) = (vec![0.0; face.embedding.len()], 0);
+        }
+        self.embedded += 1;
+        let n = self.embedded as f32;
+        for (c, e) in self.centroid.iter_mut().zip(face.embedding) {
+            *c += (e - *c) / n;
         }
         *self.votes.entry(face.name.map(str::to_string)).or_default() += 1;
         if face.name.is_some() {
