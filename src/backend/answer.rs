@@ -42,6 +42,11 @@ pub fn answer(
         false => Some(name_faces(model, &job, &found, threshold)?),
     };
     let matches = named.as_ref().map(|n| n.matches.as_slice());
+    // The documents first: a request that fails leaves its sequence as it was.
+    let mut docs = match managed {
+        Some(docs) => docs,
+        None => image_docs(model, &job, &found, named.as_ref(), threshold, enrolled)?,
+    };
     let followed = match &job.step {
         Some(step) => {
             let sequences =
@@ -51,10 +56,6 @@ pub fn answer(
             )?)
         }
         None => None,
-    };
-    let mut docs = match managed {
-        Some(docs) => docs,
-        None => image_docs(model, &job, &found, named.as_ref(), threshold, enrolled)?,
     };
     if let (Some(step), Some(followed)) = (&job.step, followed) {
         add_sequence(&mut docs, step, followed);

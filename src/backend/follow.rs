@@ -59,8 +59,9 @@ pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome
     };
     let state = taken.state.as_mut().expect("just taken");
     state.cadence = job.cadence;
+    // A request that failed changed nothing in its sequence (sequence::follow)
+    // and leaves it open, as on every frame.
     let frames = follow_frames(model, engine, job, state);
-    // A frame that failed leaves its sequence open, as on every frame.
     let ended = step.end && frames.is_ok();
     let recap = ended.then(|| state.recap());
     taken.ended = ended;
@@ -105,15 +106,9 @@ fn follow_frames(
         threshold,
         limits,
     };
-    job.frames
-        .iter()
-        .enumerate()
-        .map(|(i, frame)| {
-            state
-                .follow(frame, &mut work)
-                .map_err(|e| e.context(job.label(i, "image")))
-        })
-        .collect()
+    state
+        .follow(&job.frames, &mut work)
+        .map_err(|(i, e)| e.context(job.label(i, "image")))
 }
 
 /// Frame `i`'s document: its faces, each saying whether it was detected or

@@ -18,6 +18,18 @@ use crate::pipeline::{BoxPx, Face, Frame, Metric, Stages, Wanted};
 
 use super::{majority, overlap, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
 
+impl Follow {
+    /// A copy without the tracker (it is not copied: the face is found
+    /// again by a detection).
+    pub(super) fn untracked(&self) -> Follow {
+        Follow {
+            tracker: None,
+            embedded: self.embedded,
+            distance: self.distance,
+        }
+    }
+}
+
 /// How a face of a followed frame was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -87,17 +99,27 @@ const SETTLED_SHARE: f32 = 0.75;
 const NEAR_THRESHOLD: f32 = 0.1;
 
 impl SequenceState {
-    /// Follow one frame: detect or track, embed what needs it, match, and
-    /// record.
-    pub fn follow(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
-        let followed = self.follow_frame(frame, work);
-        if followed.is_err() {
-            // A frame that failed may have moved some trackers and not
-            // others: none is kept, the next frame detects afresh.
-            self.tracks.iter_mut().for_each(|t| t.follow = None);
-            self.size = None;
+    /// Follow a request's frames, all or none: detect or track, embed what
+    /// needs it, match, and record. When one fails, the sequence is left as
+    /// it was before the first (its trackers aside: none is kept, the next
+    /// frame detects afresh), and the error comes with that frame's index.
+    pub fn follow(
+        &mut self,
+        frames: &[Frame],
+        work: &mut Work<'_>,
+    ) -> std::result::Result<Vec<FollowedFrame>, (usize, Error)> {
+        let before = self.before();
+        let mut followed = Vec::with_capacity(frames.len());
+        for (i, frame) in frames.iter().enumerate() {
+            match self.follow_frame(frame, work) {
+                Ok(one) => followed.push(one),
+                Err(e) => {
+                    self.restore(before);
+                    return Err((i, e));
+                }
+            }
         }
-        followed
+        Ok(followed)
     }
 
     fn follow_frame(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
@@ -390,4 +412,113 @@ fn settled(track: &Track) -> bool {
     let total: u32 = track.votes.values().sum();
     let top = track.votes.values().max().copied().unwrap_or(0);
     total > 0 && top as f32 >= SETTLED_SHARE * total as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::pipeline::Analysis;
+    use crate::sequence::{Cadence, Sequences};
+
+    /// One face on every frame (box and embedding from the frame's height);
+    /// a frame of width 99 fails.
+    struct Scripted;
+
+    impl Engine for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn metric(&self) -> Metric {
+            Metric::Euclidean
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn embedding_len(&self) -> usize {
+            2
+        }
+        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+            let one = |f: &Frame| match f.width {
+                99 => Err(Error::internal("scripted: a broken frame")),
+                _ => Ok(Analysis {
+                    faces: vec![Face {
+                        bbox: BoxPx {
+                            left: 0.0,
+                            top: 0.0,
+                            right: 10.0,
+                            bottom: 10.0,
+                        },
+                        score: None,
+                        landmarks: [[0.0; 2]; 5],
+                        embedding: Vec::new(),
+                        crop: None,
+                    }],
+                    ..Default::default()
+                }),
+            };
+            frames.iter().map(|(f, _)| one(f)).collect()
+        }
+        fn faces_at(&mut self, _: &Frame, _: &[BoxPx]) -> Result<Vec<Face>> {
+            Err(Error::internal("scripted: every frame is detected"))
+        }
+        fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+            Ok(faces
+                .iter()
+                .map(|_| vec![frame.height as f32, 0.0])
+                .collect())
+        }
+    }
+
+    fn frame(width: u32, height: u32) -> Frame {
+        Frame {
+            width,
+            height,
+            rgb: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_request_that_fails_partway_changes_nothing() {
+        let limits = Limits {
+            max_sequences: 1,
+            max_frames: 10,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let id = crate::sequence::CorrelationId::Int(1);
+        let mut seqs = Sequences::new(limits);
+        let state = seqs.start(&id, Instant::now()).unwrap();
+        state.cadence = Cadence::EVERY_FRAME;
+        let matcher = |_: &[f32]| {
+            Ok(Match {
+                name: Some("obama".into()),
+                distance: Some(0.1),
+                candidates: Vec::new(),
+            })
+        };
+        let mut engine = Scripted;
+        let mut work = Work {
+            engine: &mut engine,
+            wanted: Wanted::all(10),
+            matcher: &matcher,
+            metric: Metric::Euclidean,
+            threshold: 0.6,
+            limits,
+        };
+        let done = state.follow(&[frame(8, 8), frame(8, 8)], &mut work).ok();
+        assert_eq!(done.map(|f| f.len()), Some(2));
+        // The second frame of three fails: the first is not counted either,
+        // and no face of it joined a track.
+        let failed = state.follow(&[frame(8, 8), frame(99, 8), frame(8, 8)], &mut work);
+        assert_eq!(failed.err().map(|(i, _)| i), Some(1));
+        assert_eq!(state.frames(), 2);
+        let next = state.follow(&[frame(8, 8)], &mut work).ok().unwrap();
+        assert_eq!(next[0].number, 2);
+        assert_eq!(next[0].faces[0].track, 0);
+        let recap = state.recap();
+        assert_eq!(recap.kept.len(), 3);
+        assert_eq!(recap.tracks.len(), 1);
+        assert_eq!(recap.tracks[0].frames, vec![0, 1, 2]);
+    }
 }

@@ -184,7 +184,45 @@ impl Track {
     }
 }
 
+/// What a request may change in its sequence, kept to put back if it fails
+/// partway: the tracks as they were (without trackers) and how many frames
+/// were counted and kept.
+struct Before {
+    frames: u64,
+    tracks: Vec<Track>,
+    kept: usize,
+}
+
+impl Track {
+    fn untracked(&self) -> Track {
+        Track {
+            centroid: self.centroid.clone(),
+            votes: self.votes.clone(),
+            frames: self.frames.clone(),
+            follow: self.follow.as_ref().map(follow::Follow::untracked),
+            ..*self
+        }
+    }
+}
+
 impl SequenceState {
+    fn before(&self) -> Before {
+        Before {
+            frames: self.frames,
+            tracks: self.tracks.iter().map(Track::untracked).collect(),
+            kept: self.kept.len(),
+        }
+    }
+
+    /// Back to `before`; no tracker is kept and the next followed frame
+    /// detects afresh.
+    fn restore(&mut self, before: Before) {
+        self.frames = before.frames;
+        self.tracks = before.tracks;
+        self.kept.truncate(before.kept);
+        self.size = None;
+    }
+
     fn new(now: Instant) -> Self {
         SequenceState {
             cadence: Cadence::EVERY_FRAME,
