@@ -19,6 +19,7 @@ import secrets
 
 import numpy as np
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as system_shm
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
@@ -46,7 +47,9 @@ def inputs_of(photo=None, image=None, enroll=None, forget=None, list_people=Fals
     inputs = []
     if photo is not None:
         inputs.append(_bytes("ENCODED", photo))
-    if image is not None:
+    if isinstance(image, httpclient.InferInput):  # already placed (SharedFrames)
+        inputs.append(image)
+    elif image is not None:
         pixels = np.ascontiguousarray(image, dtype=np.uint8)[None]
         tensor = httpclient.InferInput("IMAGE", list(pixels.shape), "UINT8")
         tensor.set_data_from_numpy(pixels)
@@ -148,13 +151,73 @@ def one_step() -> dict:
     return {"sequence_id": new_sequence_id(), "sequence_start": True, "sequence_end": True}
 
 
+class SharedFrames:
+    """Frames for a server on this machine, through Triton's system shared memory: each frame is
+    written into one region the server reads in place, instead of travelling in the HTTP body
+    (which both sides copy and parse: a third of a stream's CPU, see docs/clients.md). The
+    region is made at the first frame, again when the frame's size changes, and removed by
+    `close()` (it is a file in /dev/shm: a client killed outright leaves it there)."""
+
+    def __init__(self, client, fallback: bool = False):
+        self.client, self.fallback = client, fallback
+        self.name = f"triton-face-{os.getpid()}-{secrets.token_hex(4)}"
+        self.handle, self.size = None, 0
+        # Why frames go in the HTTP body after all (fallback: the server could not map the
+        # region, e.g. it runs in a container without this machine's /dev/shm).
+        self.unavailable: str | None = None
+
+    def input(self, image):
+        """IMAGE (H x W x 3 uint8 RGB) placed in the region, or (fallback, the region refused)
+        the pixels themselves, to send as they are."""
+        if self.unavailable:
+            return image
+        pixels = np.ascontiguousarray(image, dtype=np.uint8)[None]
+        if pixels.nbytes != self.size:
+            self.close()
+            try:
+                self._open(pixels.nbytes)
+            except Exception as e:  # noqa: BLE001 - anything the region or the server refuses
+                if not self.fallback:
+                    raise
+                self.unavailable = readable(e)
+                return image
+        system_shm.set_shared_memory_region(self.handle, [pixels])
+        tensor = httpclient.InferInput("IMAGE", list(pixels.shape), "UINT8")
+        tensor.set_shared_memory(self.name, pixels.nbytes)
+        return tensor
+
+    def _open(self, size: int) -> None:
+        self.handle = system_shm.create_shared_memory_region(self.name, "/" + self.name, size)
+        self.size = size
+        try:
+            self.client.register_system_shared_memory(self.name, "/" + self.name, size)
+        except Exception:
+            self._destroy()
+            raise
+
+    def close(self) -> None:
+        if self.handle is None:
+            return
+        try:
+            self.client.unregister_system_shared_memory(self.name)
+        finally:
+            self._destroy()
+
+    def _destroy(self) -> None:
+        system_shm.destroy_shared_memory_region(self.handle)
+        self.handle, self.size = None, 0
+
+
 class Sequence:
     """One stateful sequence on a sequence model: the first frame STARTs it, `end()` ENDs it and
     returns the summary. As a context manager it is ENDed on every way out (an error, Ctrl-C), so
-    the server's state for it is dropped at once, not at its idle timeout."""
+    the server's state for it is dropped at once, not at its idle timeout. With `shared`, its
+    RGB frames go through that shared memory."""
 
-    def __init__(self, client, model: str, parameters: dict | None = None):
+    def __init__(self, client, model: str, parameters: dict | None = None,
+                 shared: SharedFrames | None = None):
         self.client, self.model, self.parameters = client, model, parameters
+        self.shared = shared
         self.id = new_sequence_id()
         self.frames = 0
         # Set before the first request: a START that failed may still have opened state.
@@ -164,6 +227,8 @@ class Sequence:
     def send(self, image=None, photo=None) -> dict:
         """One frame (RGB pixels or encoded bytes) -> its document (faces with tracks)."""
         start, self.started = not self.started, True
+        if image is not None and self.shared is not None:
+            image = self.shared.input(image)
         doc = infer(
             self.client, self.model, self.parameters, image=image, photo=photo,
             sequence_id=self.id, sequence_start=start,

@@ -11,6 +11,8 @@ each frame's faces and the END summary (who appeared, in which frames, best dist
     python scripts/video.py sample.mp4 --detect-every 1 --reidentify-every 1   # every frame in full
 
 With no server at a local --url it starts one on model_repository/ (stopped when it exits).
+Frames go to a server on this machine through Triton's system shared memory (no copy in an
+HTTP body; --shared-memory no sends them in the body, as to a remote server).
 Ctrl-C, a broken stream or a refused frame end the sequence at once (END), so the server drops
 its state; what was processed so far is written. Exit status: 0 when every input ran to its end,
 1 when one broke or failed, 130 after Ctrl-C.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -57,10 +60,12 @@ def frame_count(container) -> int | None:
     return container.streams.video[0].frames or None
 
 
-def frames(container, every: int = 1):
-    """(index, H x W x 3 RGB uint8) of every `every`-th frame, in order."""
+def frames(container, every: int = 1, threads: int = 0):
+    """(index, H x W x 3 RGB uint8) of every `every`-th frame, in order, decoded on `threads`
+    threads (0: FFmpeg's choice, one per core)."""
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"
+    stream.thread_count = threads
     for index, frame in enumerate(container.decode(stream)):
         if index % every == 0:
             yield index, frame.to_ndarray(format="rgb24")
@@ -107,6 +112,7 @@ class Run:
     sent: int = 0
     seconds: float = 0.0
     ended: str = "not started"
+    transport: str = "http"
     failed: bool = False
     faces: list = field(default_factory=list)
     summary: dict | None = None
@@ -119,6 +125,7 @@ class Run:
         return {
             "input": self.source, "model": model, "sequence_id": self.sequence_id,
             "frames_sent": self.sent, "frames_per_second": round(self.fps, 2), "ended": self.ended,
+            "transport": self.transport,
             "video": self.video and str(self.video), "frames": self.faces,
             "summary": (self.summary or {}).get("summary"),
         }
@@ -128,29 +135,46 @@ def face_row(face: dict) -> dict:
     return {k: face.get(k) for k in ("name", "distance", "track", "box", "source", "embedded")}
 
 
+@dataclass
+class Sending:
+    """How frames travel: `shared` memory ("yes"; "no"; "auto": shared, falling back to the HTTP
+    body if the server cannot map it; see `sending`) and the decoder's threads."""
+    shared: str = "auto"
+    threads: int = 0
+
+
+def sending(shared: str, url: str, streams: int) -> Sending:
+    """What --shared-memory asks (auto: only with a server on this machine), and the cores
+    shared out among the streams' decoders (one thread each when they are many)."""
+    if shared == "auto" and not local_server.is_local(url):
+        shared = "no"
+    return Sending(shared, max(1, (os.cpu_count() or 1) // streams))
+
+
 def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
             stop: threading.Event | None = None, on_frame=None,
-            parameters: dict | None = None) -> Run:
+            parameters: dict | None = None, sending: Sending | None = None) -> Run:
     """Send `run.source`'s frames as one sequence and write the annotated video; the sequence
     is ENDed however this returns. `on_frame(run, index, image, doc)` sees each answered frame
     (for progress; `image` is the annotated frame, None without a video). `parameters` go with
     every frame (e.g. detect_every)."""
-    stop = stop or threading.Event()
+    stop, sending = stop or threading.Event(), sending or Sending()
     start = time.monotonic()
     try:
         container = open_input(run.source)
     except (av.FFmpegError, OSError) as e:
         run.ended, run.failed = f"cannot open the input: {e}", True
         return run
+    shared = shared_frames(client, sending.shared)
     try:
-        with container, face_api.Sequence(client, model, parameters) as sequence:
+        with container, face_api.Sequence(client, model, parameters, shared) as sequence:
             run.sequence_id = sequence.id
             if frame_count(container):
                 run.total = -(-frame_count(container) // every)
             writer = Annotated(run.video, frame_rate(container) / every) if run.video else None
             try:
-                run.ended = send_frames(sequence, frames(container, every), run, pace, stop,
-                                        on_frame, writer)
+                run.ended = send_frames(sequence, frames(container, every, sending.threads), run,
+                                        pace, stop, on_frame, writer)
             finally:
                 if writer is not None:
                     writer.close()
@@ -160,7 +184,26 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
         run.ended, run.failed = face_api.readable(e), True
     finally:
         run.seconds = time.monotonic() - start
+        if shared is not None:
+            run.transport = f"HTTP ({shared.unavailable})" if shared.unavailable else "shared memory"
+            close_quietly(shared, run)
     return run
+
+
+def shared_frames(client, shared: str) -> face_api.SharedFrames | None:
+    """The shared memory frames go through, if any (see `Sending`)."""
+    if shared == "no":
+        return None
+    return face_api.SharedFrames(client, fallback=shared == "auto")
+
+
+def close_quietly(shared: face_api.SharedFrames, run: Run) -> None:
+    """Remove the stream's shared memory; a server gone by now is already said in `run.ended`."""
+    try:
+        shared.close()
+    except Exception as e:  # noqa: BLE001 - the region is ours to remove, whatever the server says
+        if not run.failed:
+            run.ended, run.failed = f"could not remove its shared memory: {face_api.readable(e)}", True
 
 
 def send_frames(sequence, source, run: Run, pace: float, stop, on_frame,
@@ -262,7 +305,8 @@ def main(argv=None) -> int:
         worker = threading.Thread(
             target=process, daemon=True,
             args=(face_api.connect(args.url), args.model, run, args.every, args.pace, stop,
-                  progress_of(bars[i]), cadence(args)))
+                  progress_of(bars[i]), cadence(args),
+                  sending(args.shared_memory, args.url, len(runs))))
         threads.append(worker)
     # Ctrl-C asks every stream to stop and END its sequence (a second one quits at once). A
     # handler of our own, not KeyboardInterrupt: that could land in any thread's request.
@@ -278,7 +322,8 @@ def main(argv=None) -> int:
         write_report(run, args.model)
         names = ", ".join(f"{r['name']} (#{r['track']}: {r['frames']})" for r in people_table(run))
         print(f"{run.source}: {run.sent} frames at {run.fps:.1f}/s, {run.ended}; {names or 'no one'}")
-        print(f"   annotated: {run.video or '(not written)'}   report: {run.report}")
+        print(f"   annotated: {run.video or '(not written)'}   report: {run.report}   "
+              f"frames sent by: {run.transport}")
     if len(runs) > 1:
         held = [run.fps for run in runs]
         print(f"{len(runs)} streams: each held {min(held):.1f} to {max(held):.1f} frames/s "
@@ -307,6 +352,9 @@ def parse_args(argv):
     ap.add_argument("--no-video", action="store_true",
                     help="write no annotated video (the client then only decodes and sends)")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--shared-memory", choices=("auto", "yes", "no"), default="auto",
+                    help="send frames through Triton's system shared memory instead of the HTTP "
+                         "body (auto: when the server is on this machine and can map it)")
     ap.add_argument("--detect-every", type=int, metavar="N",
                     help="the server detects on every N-th frame of the sequence, tracks between "
                          "(default: the model's)")

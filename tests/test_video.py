@@ -71,6 +71,7 @@ def test_sample_video_tracks_and_summary(sequence_server, sample_video, tmp_path
     report = json.loads((tmp_path / "sample.json").read_text())
     assert report["ended"] == "end of input"
     assert report["frames_sent"] == sample_video.frames == len(report["frames"])
+    assert report["transport"] == "shared memory", "a local server gets frames in place"
 
     # Against the truth (scripts/video_score.py): every person in view named, nobody named
     # wrongly, no track switching while a person stays in view, boxes on the faces.
@@ -201,3 +202,25 @@ def test_streams_at_once(sequence_server, sample_video, tmp_path):
     assert len(ids) == 2, "two streams shared a correlation ID"
     assert "2 streams: each held" in done.stdout
     assert_no_live_sequence(sequence_server)
+
+
+def test_frames_through_shared_memory_or_the_body(sequence_server, sample_video, tmp_path):
+    """Frames in shared memory (a local server) and in the HTTP body (as to a remote one) get the
+    same answers; the regions are gone from the server and from /dev/shm afterwards."""
+    reports = {}
+    for shared in ("yes", "no"):
+        done = run_video(sequence_server, str(sample_video.path), "--every", "5",
+                         "--shared-memory", shared, out=tmp_path / shared)
+        assert done.returncode == 0, done.stdout + done.stderr
+        reports[shared] = json.loads((tmp_path / shared / "sample.json").read_text())
+    assert reports["yes"]["transport"] == "shared memory"
+    assert reports["no"]["transport"] == "http"
+
+    def answers(report):
+        return [[(f["name"], f["track"], f["box"]) for f in frame["faces"]]
+                for frame in report["frames"]]
+
+    assert answers(reports["yes"]) == answers(reports["no"])
+    assert len(reports["yes"]["frames"]) == sample_video.frames // 5
+    assert sequence_server.http().get_system_shared_memory_status() == []
+    assert not list(Path("/dev/shm").glob("triton-face-*")), "a region was left in /dev/shm"
