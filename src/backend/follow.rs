@@ -55,16 +55,21 @@ pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome
         sequences,
         id: &step.id,
         state: Some(state),
-        ended: false,
+        close: false,
     };
     let state = taken.state.as_mut().expect("just taken");
-    state.cadence = job.cadence;
-    // A request that failed changed nothing in its sequence (sequence::follow)
-    // and leaves it open, as on every frame.
+    let cadence = std::mem::replace(&mut state.cadence, job.cadence);
     let frames = follow_frames(model, engine, job, state);
-    let ended = step.end && frames.is_ok();
-    let recap = ended.then(|| state.recap());
-    taken.ended = ended;
+    let recap = (step.end && frames.is_ok()).then(|| state.recap());
+    if frames.is_err() {
+        // A request that failed changed nothing in its sequence
+        // (sequence::follow), nor its cadence; it leaves the sequence open,
+        // as the every-frame path does, and a START that failed opens none.
+        state.cadence = cadence;
+        taken.close = step.start;
+    } else {
+        taken.close = step.end;
+    }
     drop(taken);
     let frames = frames?;
     let mut docs = Vec::with_capacity(frames.len());
@@ -143,18 +148,19 @@ fn frame_doc(model: &ModelState, job: &Job, i: usize, frame: FollowedFrame) -> I
 }
 
 /// A sequence's state taken out of the model's sequences while its frames
-/// are followed: put back (or dropped, once ended) however the work ends,
-/// a panic included, so no state is lost and `max_sequences` keeps its room.
+/// are followed: put back (dropped instead when `close`: its END, or a START
+/// that failed) however the work ends, a panic included, so no state is
+/// lost and `max_sequences` keeps its room.
 struct Taken<'a> {
     sequences: &'a Mutex<Sequences>,
     id: &'a CorrelationId,
     state: Option<SequenceState>,
-    ended: bool,
+    close: bool,
 }
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        let state = self.state.take().filter(|_| !self.ended);
+        let state = self.state.take().filter(|_| !self.close);
         lock(self.sequences).put_back(self.id, state);
     }
 }

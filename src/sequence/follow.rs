@@ -18,18 +18,6 @@ use crate::pipeline::{BoxPx, Face, Frame, Metric, Stages, Wanted};
 
 use super::{majority, overlap, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
 
-impl Follow {
-    /// A copy without the tracker (it is not copied: the face is found
-    /// again by a detection).
-    pub(super) fn untracked(&self) -> Follow {
-        Follow {
-            tracker: None,
-            embedded: self.embedded,
-            distance: self.distance,
-        }
-    }
-}
-
 /// How a face of a followed frame was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -103,18 +91,25 @@ impl SequenceState {
     /// needs it, match, and record. When one fails, the sequence is left as
     /// it was before the first (its trackers aside: none is kept, the next
     /// frame detects afresh), and the error comes with that frame's index.
+    /// A frame records nothing until nothing in it can fail, so only a
+    /// request of several frames keeps a copy of the tracks to go back to.
     pub fn follow(
         &mut self,
         frames: &[Frame],
         work: &mut Work<'_>,
     ) -> std::result::Result<Vec<FollowedFrame>, (usize, Error)> {
-        let before = self.before();
+        let before = (frames.len() > 1).then(|| self.before());
         let mut followed = Vec::with_capacity(frames.len());
         for (i, frame) in frames.iter().enumerate() {
             match self.follow_frame(frame, work) {
                 Ok(one) => followed.push(one),
                 Err(e) => {
-                    self.restore(before);
+                    // Trackers moved by the failed frame are not kept either.
+                    self.tracks.iter_mut().for_each(|t| t.follow = None);
+                    self.size = None;
+                    if let Some(before) = before {
+                        self.restore(before);
+                    }
                     return Err((i, e));
                 }
             }
@@ -181,19 +176,27 @@ impl SequenceState {
         }
         stages.embedding = started.elapsed();
         let started = Instant::now();
+        // The gallery's answers first: from here on nothing fails, and the
+        // frame is recorded whole or not at all.
+        let matches = faces
+            .iter()
+            .map(|f| match f.embedding.is_empty() {
+                true => Ok(None),
+                false => (work.matcher)(&f.embedding).map(Some),
+            })
+            .collect::<Result<Vec<_>>>()?;
         // Tracks continued by a face of this frame: no other face rejoins them.
         let claimed: Vec<usize> = track_of.iter().flatten().copied().collect();
         let mut answered = Vec::with_capacity(faces.len());
-        for (i, face) in faces.drain(..).enumerate() {
-            let mut continued = track_of[i];
+        for (found, mut continued) in faces.drain(..).zip(matches).zip(track_of) {
             answered.push(self.answer(
                 image.as_ref(),
-                face,
+                found,
                 &mut continued,
                 &claimed,
                 source,
                 work,
-            )?);
+            ));
         }
         self.keep(
             answered
@@ -317,24 +320,21 @@ impl SequenceState {
         resized || stale || near || !settled(track)
     }
 
-    /// Record one face in its track (a new one when it has none, or when
-    /// its embedding is no longer its track's person), restart its tracker
-    /// on a detected box, and answer it with the track's name.
+    /// Record one face (with the gallery's answer when it was embedded) in
+    /// its track (a new one when it has none, or when its embedding is no
+    /// longer its track's person), restart its tracker on a detected box,
+    /// and answer it with the track's name.
     fn answer(
         &mut self,
         image: Option<&TrackFrame>,
-        face: Face,
+        (face, matched): (Face, Option<Match>),
         track_of: &mut Option<usize>,
         claimed: &[usize],
         source: Source,
         work: &Work<'_>,
-    ) -> Result<FollowedFace> {
+    ) -> FollowedFace {
         let n = self.frames;
-        let embedded = !face.embedding.is_empty();
-        let matched = match embedded {
-            true => Some((work.matcher)(&face.embedding)?),
-            false => None,
-        };
+        let embedded = matched.is_some();
         if let Some(t) = *track_of {
             let centroid = &self.tracks[t].centroid;
             let other = embedded
@@ -375,7 +375,7 @@ impl SequenceState {
             });
         }
         let distance = track.follow.as_ref().and_then(|f| f.distance);
-        Ok(FollowedFace {
+        FollowedFace {
             matched: Match {
                 name: majority(&track.votes),
                 distance,
@@ -385,7 +385,7 @@ impl SequenceState {
             source,
             track: track.id,
             face,
-        })
+        }
     }
 }
 
@@ -490,12 +490,14 @@ mod tests {
         let mut seqs = Sequences::new(limits);
         let state = seqs.start(&id, Instant::now()).unwrap();
         state.cadence = Cadence::EVERY_FRAME;
-        let matcher = |_: &[f32]| {
-            Ok(Match {
+        // A face of a frame 77 px high: the gallery fails.
+        let matcher = |e: &[f32]| match e[0] {
+            77.0 => Err(Error::internal("scripted: the gallery failed")),
+            _ => Ok(Match {
                 name: Some("obama".into()),
                 distance: Some(0.1),
                 candidates: Vec::new(),
-            })
+            }),
         };
         let mut engine = Scripted;
         let mut work = Work {
@@ -512,6 +514,13 @@ mod tests {
         // and no face of it joined a track.
         let failed = state.follow(&[frame(8, 8), frame(99, 8), frame(8, 8)], &mut work);
         assert_eq!(failed.err().map(|(i, _)| i), Some(1));
+        assert_eq!(state.frames(), 2);
+        // A new face, then a failure: its track goes too.
+        let failed = state.follow(&[frame(8, 30), frame(99, 8)], &mut work);
+        assert_eq!(failed.err().map(|(i, _)| i), Some(1));
+        // One frame whose face the gallery cannot answer: not recorded.
+        let failed = state.follow(&[frame(8, 77)], &mut work);
+        assert_eq!(failed.err().map(|(i, _)| i), Some(0));
         assert_eq!(state.frames(), 2);
         let next = state.follow(&[frame(8, 8)], &mut work).ok().unwrap();
         assert_eq!(next[0].number, 2);

@@ -184,41 +184,46 @@ impl Track {
     }
 }
 
-/// What a request may change in its sequence, kept to put back if it fails
-/// partway: the tracks as they were (without trackers) and how many frames
-/// were counted and kept.
+/// What a request of several frames may change in its sequence, kept to put
+/// back if it fails partway: the tracks as they were (without their
+/// trackers; their frame lists, which only grow, by length) and how many
+/// frames were counted and kept.
 struct Before {
     frames: u64,
-    tracks: Vec<Track>,
+    tracks: Vec<(Track, usize)>,
     kept: usize,
-}
-
-impl Track {
-    fn untracked(&self) -> Track {
-        Track {
-            centroid: self.centroid.clone(),
-            votes: self.votes.clone(),
-            frames: self.frames.clone(),
-            follow: self.follow.as_ref().map(follow::Follow::untracked),
-            ..*self
-        }
-    }
 }
 
 impl SequenceState {
     fn before(&self) -> Before {
+        let copy = |t: &Track| Track {
+            centroid: t.centroid.clone(),
+            votes: t.votes.clone(),
+            frames: Vec::new(),
+            follow: None,
+            ..*t
+        };
         Before {
             frames: self.frames,
-            tracks: self.tracks.iter().map(Track::untracked).collect(),
+            tracks: self
+                .tracks
+                .iter()
+                .map(|t| (copy(t), t.frames.len()))
+                .collect(),
             kept: self.kept.len(),
         }
     }
 
-    /// Back to `before`; no tracker is kept and the next followed frame
-    /// detects afresh.
+    /// Back to `before` (tracks started since are dropped); no tracker is
+    /// kept, and the next followed frame detects afresh.
     fn restore(&mut self, before: Before) {
+        let mut now = std::mem::take(&mut self.tracks).into_iter();
+        for (mut track, seen_in) in before.tracks {
+            track.frames = now.next().map(|t| t.frames).unwrap_or_default();
+            track.frames.truncate(seen_in);
+            self.tracks.push(track);
+        }
         self.frames = before.frames;
-        self.tracks = before.tracks;
         self.kept.truncate(before.kept);
         self.size = None;
     }
