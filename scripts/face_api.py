@@ -154,9 +154,10 @@ def one_step() -> dict:
 class SharedFrames:
     """Frames for a server on this machine, through Triton's system shared memory: each frame is
     written into one region the server reads in place, instead of travelling in the HTTP body
-    (which both sides copy and parse: a third of a stream's CPU, see docs/clients.md). The
-    region is made at the first frame, again when the frame's size changes, and removed by
-    `close()` (it is a file in /dev/shm: a client killed outright leaves it there)."""
+    (which both sides copy and parse, see docs/clients.md). The region is made at the first
+    frame, again when the frame's size changes, and unregistered and removed by `close()`. (A
+    client killed outright leaves its registration on the server, which keeps the region mapped
+    until it restarts; Python removes the file in /dev/shm when the process ends.)"""
 
     def __init__(self, client, fallback: bool = False):
         self.client, self.fallback = client, fallback
@@ -187,7 +188,8 @@ class SharedFrames:
         return tensor
 
     def _open(self, size: int) -> None:
-        self.handle = system_shm.create_shared_memory_region(self.name, "/" + self.name, size)
+        self.handle = system_shm.create_shared_memory_region(self.name, "/" + self.name, size,
+                                                             create_only=True)
         self.size = size
         try:
             self.client.register_system_shared_memory(self.name, "/" + self.name, size)
@@ -226,9 +228,9 @@ class Sequence:
 
     def send(self, image=None, photo=None) -> dict:
         """One frame (RGB pixels or encoded bytes) -> its document (faces with tracks)."""
-        start, self.started = not self.started, True
         if image is not None and self.shared is not None:
-            image = self.shared.input(image)
+            image = self.shared.input(image)  # before START: a region refused sends nothing
+        start, self.started = not self.started, True
         doc = infer(
             self.client, self.model, self.parameters, image=image, photo=photo,
             sequence_id=self.id, sequence_start=start,

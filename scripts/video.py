@@ -137,9 +137,10 @@ def face_row(face: dict) -> dict:
 
 @dataclass
 class Sending:
-    """How frames travel: `shared` memory ("yes"; "no"; "auto": shared, falling back to the HTTP
-    body if the server cannot map it; see `sending`) and the decoder's threads."""
-    shared: str = "auto"
+    """How frames travel: `shared` memory ("no": in the HTTP body; "yes"; "auto": shared,
+    falling back to the body if the server cannot map it; see `sending`) and the decoder's
+    threads (0: FFmpeg's choice)."""
+    shared: str = "no"
     threads: int = 0
 
 
@@ -185,7 +186,7 @@ def process(client, model: str, run: Run, every: int = 1, pace: float = 0.0,
     finally:
         run.seconds = time.monotonic() - start
         if shared is not None:
-            run.transport = f"HTTP ({shared.unavailable})" if shared.unavailable else "shared memory"
+            run.transport = f"http ({shared.unavailable})" if shared.unavailable else "shared memory"
             close_quietly(shared, run)
     return run
 
