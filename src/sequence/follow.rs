@@ -188,15 +188,8 @@ impl SequenceState {
         // Tracks continued by a face of this frame: no other face rejoins them.
         let claimed: Vec<usize> = track_of.iter().flatten().copied().collect();
         let mut answered = Vec::with_capacity(faces.len());
-        for (found, mut continued) in faces.drain(..).zip(matches).zip(track_of) {
-            answered.push(self.answer(
-                image.as_ref(),
-                found,
-                &mut continued,
-                &claimed,
-                source,
-                work,
-            ));
+        for (found, continued) in faces.drain(..).zip(matches).zip(track_of) {
+            answered.push(self.answer(image.as_ref(), found, continued, &claimed, source, work));
         }
         self.keep(
             answered
@@ -328,14 +321,14 @@ impl SequenceState {
         &mut self,
         image: Option<&TrackFrame>,
         (face, matched): (Face, Option<Match>),
-        track_of: &mut Option<usize>,
+        mut track_of: Option<usize>,
         claimed: &[usize],
         source: Source,
         work: &Work<'_>,
     ) -> FollowedFace {
         let n = self.frames;
         let embedded = matched.is_some();
-        if let Some(t) = *track_of {
+        if let Some(t) = track_of {
             let centroid = &self.tracks[t].centroid;
             let other = embedded
                 && centroid.len() == face.embedding.len()
@@ -343,11 +336,11 @@ impl SequenceState {
             if other {
                 // The tracker slid onto someone else: that face starts anew.
                 self.tracks[t].follow = None;
-                *track_of = None;
+                track_of = None;
             }
         }
         if track_of.is_none() && embedded {
-            *track_of = self.rejoin(&face.embedding, claimed, work);
+            track_of = self.rejoin(&face.embedding, claimed, work);
         }
         let t = track_of.unwrap_or_else(|| self.new_track(face.bbox));
         let restart = source == Source::Detected || self.tracks[t].follow.is_none();

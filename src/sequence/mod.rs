@@ -214,8 +214,8 @@ impl SequenceState {
         }
     }
 
-    /// Back to `before` (tracks started since are dropped); no tracker is
-    /// kept, and the next followed frame detects afresh.
+    /// Back to `before` (tracks started since are dropped, and no track
+    /// keeps a tracker).
     fn restore(&mut self, before: Before) {
         let mut now = std::mem::take(&mut self.tracks).into_iter();
         for (mut track, seen_in) in before.tracks {
@@ -225,7 +225,6 @@ impl SequenceState {
         }
         self.frames = before.frames;
         self.kept.truncate(before.kept);
-        self.size = None;
     }
 
     fn new(now: Instant) -> Self {
