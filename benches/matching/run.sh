@@ -9,7 +9,9 @@
 #     built once and saved beside the data;
 #   - faiss-cpu from PyPI: IndexFlatIP / IndexFlatL2 (exact) and IndexHNSWFlat (M=32), the HNSW
 #     built once and cached beside the data;
-# then one table (benches/matching/report.py) into out/bench-matching.txt.
+# then one table (benches/matching/report.py) into out/bench-matching.txt. First, the second
+# look's scan of a million people's sign bits, each kernel this CPU runs (benches/sign_scan.rs,
+# criterion, about a minute) into out/bench-sign-scan.txt.
 # First run with the million-person gallery: about 40 minutes on 2 cores (both HNSW builds);
 # later runs reuse the built indexes (a few minutes).
 # Environment:
@@ -42,6 +44,9 @@ if [[ " $SETS" == *" real:"* ]] && [ ! -s "$OUT/matching/real-faces/real.f32" ];
     log "real faces: the sample photos, changed and embedded (examples/real_faces)"
     run_logged "$LOGS/real-faces.log" target/release/examples/real_faces "$OUT/matching/real-faces"
 fi
+
+log "the sign scan at a million, each kernel: cargo bench --bench sign_scan (out/bench-sign-scan.txt)"
+run_logged "$OUT/bench-sign-scan.txt" cargo bench --bench sign_scan
 
 rows=()
 for set in $SETS; do

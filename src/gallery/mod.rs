@@ -21,7 +21,7 @@ pub mod looks;
 pub mod names;
 mod progress;
 mod saved;
-mod signs;
+pub mod signs;
 mod split;
 pub mod store;
 mod strays;

@@ -1,0 +1,94 @@
+//! The gallery's second look at a million 512-d people: a scan of every
+//! person's sign bits (64 bytes each, 64 MB) for the 256 nearest by Hamming
+//! distance (`src/gallery/signs.rs`). Each kernel this CPU runs, on one
+//! core; then the shipped scan (the fastest kernel, split over up to 4
+//! cores) and the one before it (POPCNT per word, split the same way).
+//!
+//! Beside them, the library we would otherwise use: SimSIMD's Hamming
+//! distance (the kernels behind usearch), called once per person with the
+//! same keep-the-nearest loop.
+//!
+//! Group "sign_scan": `one core/<kernel>`, `one core/simsimd`,
+//! `shipped/fastest`, `before/POPCNT per word`. Random codes: the scan's
+//! cost does not depend on what they hold (a code beats the 256th nearest
+//! rarely either way).
+
+use std::collections::BinaryHeap;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use simsimd::BinarySimilarity;
+use triton_face::gallery::signs::{nearest_with, Kernel};
+
+const PEOPLE: usize = 1_000_000;
+const WORDS: usize = 8;
+const NEAREST: usize = 256;
+
+fn random_codes(into: &mut [u64]) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for word in into {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *word = x;
+    }
+}
+
+/// The `NEAREST` nearest codes by SimSIMD's Hamming distance, one call per code.
+fn simsimd_nearest(codes: &[u64], query: &[u64]) -> Vec<usize> {
+    // SAFETY: u8 has no alignment or validity requirement; the views live
+    // no longer than the words they show.
+    let bytes = |words: &[u64]| unsafe {
+        std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
+    };
+    let (all, query) = (bytes(codes), bytes(query));
+    let mut kept = BinaryHeap::with_capacity(NEAREST + 1);
+    let mut bound = f64::INFINITY;
+    for (slot, code) in all.chunks_exact(WORDS * 8).enumerate() {
+        let d = u8::hamming(code, query).unwrap_or(f64::INFINITY);
+        if d < bound {
+            kept.push((d as u32, slot));
+            if kept.len() > NEAREST {
+                kept.pop();
+            }
+            if kept.len() == NEAREST {
+                bound = kept
+                    .peek()
+                    .map_or(f64::INFINITY, |&(far, _)| f64::from(far));
+            }
+        }
+    }
+    kept.into_iter().map(|(_, slot)| slot).collect()
+}
+
+fn bench_sign_scan(c: &mut Criterion) {
+    let mut codes = vec![0u64; PEOPLE * WORDS];
+    random_codes(&mut codes);
+    let query: Vec<u64> = codes[..WORDS].iter().map(|w| w.rotate_left(7)).collect();
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let fastest = *Kernel::available(WORDS)
+        .last()
+        .expect("Plain is always there");
+
+    let mut group = c.benchmark_group("sign_scan");
+    group.sample_size(20);
+    let mut runs: Vec<(&str, String, Kernel, usize)> = Kernel::available(WORDS)
+        .into_iter()
+        .map(|k| ("one core", format!("{k:?}"), k, 1))
+        .collect();
+    runs.push(("shipped", "fastest".into(), fastest, cores));
+    runs.push(("before", "POPCNT per word".into(), Kernel::Popcnt, cores));
+    for (name, param, kernel, parts) in runs {
+        group.bench_function(BenchmarkId::new(name, param), |b| {
+            b.iter(|| nearest_with(kernel, &codes, WORDS, &query, NEAREST, parts))
+        });
+    }
+    group.bench_function(BenchmarkId::new("one core", "simsimd"), |b| {
+        b.iter(|| simsimd_nearest(&codes, &query))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_sign_scan);
+criterion_main!(benches);
