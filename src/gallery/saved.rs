@@ -194,7 +194,7 @@ impl Saved {
         let (bytes, blake3) = hash_file(&tmp)?;
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
         let strays = index
-            .counted_strays()
+            .strays_to_save()
             .map(|(keys, isolated_above)| Strays::new(keys, isolated_above));
         let manifest = Manifest {
             format: FORMAT,
