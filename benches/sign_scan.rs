@@ -2,7 +2,8 @@
 //! person's sign bits (64 bytes each, 64 MB) for the 256 nearest by Hamming
 //! distance (`src/gallery/signs.rs`). Each kernel this CPU runs, on one
 //! core; then the shipped scan (the fastest kernel, split over up to 4
-//! cores) and the one before it (POPCNT per word, split the same way).
+//! cores) and the earlier kernel (POPCNT per word) split the same way (the
+//! caller scanning the last part, which the earlier split did not).
 //!
 //! Beside them, the library we would otherwise use: SimSIMD's Hamming
 //! distance (the kernels behind usearch), called once per person with the

@@ -2,14 +2,14 @@
 """Index a model's gallery before it serves: a tritonserver of its own loads the one model, which
 builds the gallery's vector index from the store on every core and saves it beside the store;
 the build's progress is shown as a bar with the time left, and the server is stopped. A server
-then loads the saved index in seconds (a million people: 6 s) instead of building it at its
-first load (a million: about 13 minutes on 2 cores).
+then loads the saved index in seconds (a million people: ready in 9 to 10 s) instead of building
+it at its first load (a million: about 11 minutes on 2 cores).
 
 For a store filled outside the server: rows written by your own import, a store restored from a
 backup or copied from another machine. Photos enrolled through the server (scripts/enroll.py)
 need none of this: each ENROLL goes into the index as it comes.
 
-  python scripts/gallery_index.py model_repository/face_onnx [--log FILE]
+  python scripts/gallery_index.py model_repository/face_onnx [--log FILE] [--backends DIR]
 
 Needs TRITONSERVER (assets/env.sh) and libtriton_face.so in the model's folder (scripts/build.sh
 puts it there) or --library. Exit status 0 when the saved index is there and holds the store's
@@ -19,10 +19,12 @@ rows; 1 with the server log's last lines when the model did not load.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,8 +42,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "gallery.index.json"
 # "gallery: indexing 1000000 faces: 35% (350000 of 1000000) in 8 min 10 s, about 15 min 10 s left"
 STEP = re.compile(r"gallery: indexing (\d+) faces: \d+% \((\d+) of \d+\) in (.*?), about (.*) left")
-DONE = re.compile(r"gallery: indexing (\d+) faces: done in ([^\"]*)")
+DONE = re.compile(r"gallery: indexing (\d+) faces: done in ([^\"\n]*)")
 # "model 'face_onnx': gallery index built: 1000001 vectors read from the store, ..."
+# "model 'face_onnx': gallery store sqlite /path/gallery.sqlite3, embedder ..."
+STORE = re.compile(r"gallery store sqlite (.*?), embedder")
 LOADED = re.compile(r"gallery index (.*?): (\d+) vectors read from the store")
 # The index is saved as the model unloads; a million people's take a few seconds.
 EXIT_TIMEOUT_S = 600
@@ -56,19 +60,23 @@ def free_port() -> int:
 class Watch:
     """Reads the server's output into `log`, showing the index build as a bar."""
 
-    def __init__(self, output, log: Path):
+    def __init__(self, output, log):
         self.bar: tqdm | None = None
         self.loaded = ""
         self.built_in = ""
+        self.store: Path | None = None
         self.thread = threading.Thread(target=self._read, args=(output, log), daemon=True)
         self.thread.start()
 
-    def _read(self, output, log: Path) -> None:
-        with open(log, "w") as out:
-            for line in output:
-                out.write(line)
-                out.flush()
+    def _read(self, output, log) -> None:
+        # Drains the pipe whatever happens: a server blocked on a full pipe never gets ready.
+        for line in output:
+            log.write(line)
+            log.flush()
+            try:
                 self._see(line)
+            except Exception as e:  # noqa: BLE001 - a bar that fails must not stop the reading
+                print(f"(progress not shown: {e})", file=sys.stderr)
         if self.bar is not None:
             self.bar.close()
 
@@ -85,15 +93,21 @@ class Watch:
                 self.bar.update(self.bar.total - self.bar.n)
         elif m := LOADED.search(line):
             self.loaded = f"{m[1]}, {m[2]} vectors read from the store"
+        elif m := STORE.search(line):
+            self.store = Path(m[1])
 
 
-def repository(model_dir: Path, library: Path, work: Path) -> tuple[Path, Path]:
+def repository(model_dir: Path, library: Path, real_backends: Path,
+               work: Path) -> tuple[Path, Path]:
     """A repository holding only `model_dir` (linked, so the index is saved in its own gallery
-    folder), and a backend folder with the library when the model's folder has none."""
+    folder), and a backend folder with the library when the model's folder has none, and the
+    real backend folder's onnxruntime/ (where the ONNX engine looks for it in NGC images)."""
     models, backends = work / "models", work / "backends"
     models.mkdir()
     (models / model_dir.name).symlink_to(model_dir)
     (backends / "face").mkdir(parents=True)
+    if (real_backends / "onnxruntime").is_dir():
+        (backends / "onnxruntime").symlink_to(real_backends / "onnxruntime")
     if not (model_dir / "libtriton_face.so").exists():
         if not library.is_file():
             sys.exit(f"{library}: no backend library; build it with `bash scripts/build.sh` "
@@ -102,7 +116,13 @@ def repository(model_dir: Path, library: Path, work: Path) -> tuple[Path, Path]:
     return models, backends
 
 
-def serve(models: Path, backends: Path, log: Path) -> tuple[subprocess.Popen, Watch, str]:
+def die_with_parent() -> None:
+    """In the server's process before exec: killed when this script dies (it holds the store)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def serve(models: Path, backends: Path, log) -> tuple[subprocess.Popen, Watch, str]:
     binary = os.environ.get("TRITONSERVER", "")
     if not binary or not os.access(binary, os.X_OK):
         sys.exit("TRITONSERVER is not set: `source assets/env.sh` (scripts/setup.sh writes it)")
@@ -112,15 +132,18 @@ def serve(models: Path, backends: Path, log: Path) -> tuple[subprocess.Popen, Wa
          "--http-address=127.0.0.1", f"--http-port={url.split(':')[1]}", "--allow-grpc=false",
          "--allow-metrics=false", "--log-verbose=0", f"--exit-timeout-secs={EXIT_TIMEOUT_S}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-        errors="replace")
+        errors="replace", preexec_fn=die_with_parent)
     return server, Watch(server.stdout, log), url
 
 
-def saved_rows(gallery: Path) -> int | None:
-    """How many store rows the saved index holds, from its manifest's runs of row ids (None: no
-    manifest)."""
+def saved_rows(gallery: Path, since: float) -> int | None:
+    """How many store rows the index saved after `since` (time.time()) holds, from its
+    manifest's runs of row ids (None: no manifest written since)."""
+    manifest = gallery / MANIFEST
     try:
-        runs = json.loads((gallery / MANIFEST).read_text())["keys"]
+        if manifest.stat().st_mtime < since:
+            return None
+        runs = json.loads(manifest.read_text())["keys"]
         return sum(last - first + 1 for first, last in runs)
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -133,39 +156,48 @@ def main() -> None:
                     default=REPO_ROOT / "target/release/libtriton_face.so",
                     help="used when the model's folder has no libtriton_face.so")
     ap.add_argument("--log", type=Path, help="the server's log (default: a temporary file)")
+    ap.add_argument("--backends", type=Path, default=Path("/opt/tritonserver/backends"),
+                    help="Triton's backend folder, for its onnxruntime/ (default: the NGC image's)")
     args = ap.parse_args()
     model_dir = args.model_dir.resolve()
     if not (model_dir / "config.pbtxt").is_file():
         sys.exit(f"{model_dir}: no config.pbtxt; give a model's folder")
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     with tempfile.TemporaryDirectory(prefix="gallery-index-") as work:
         work = Path(work)
-        log = args.log or work / "tritonserver.log"
-        models, backends = repository(model_dir, args.library, work)
-        server, watch, url = serve(models, backends, log)
-        try:
-            ready = wait_ready(url, lambda: server.poll() is None, float("inf"))
-        finally:
-            server.terminate()  # the model unloads: the index is saved if the load did not
+        log_path = args.log or work / "tritonserver.log"
+        models, backends = repository(model_dir, args.library, args.backends, work)
+        with open(log_path, "w") as log:
+            server, watch, url = serve(models, backends, log)
             try:
-                server.wait(timeout=EXIT_TIMEOUT_S + 30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-            watch.thread.join(timeout=30)
-        if not ready or server.returncode != 0:
+                ready = wait_ready(url, lambda: server.poll() is None, float("inf"))
+            finally:
+                server.terminate()  # the model unloads: the index is saved if the load did not
+                try:
+                    server.wait(timeout=EXIT_TIMEOUT_S + 30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+                watch.thread.join(timeout=30)
+        if not ready:
             sys.exit(f"the model did not load (tritonserver exited {server.returncode}):\n"
-                     f"{tail(log, 25)}")
+                     f"{tail(log_path, 25)}")
+        if server.returncode != 0:
+            sys.exit(f"the model loaded, but tritonserver exited {server.returncode} as it "
+                     f"unloaded (the index may not be saved):\n{tail(log_path, 25)}")
+        # The store's folder as the server named it, through the link in `work`.
+        gallery = (watch.store.parent if watch.store else model_dir / "gallery").resolve()
     took = time.monotonic() - started
-    rows = saved_rows(model_dir / "gallery")
+    rows = saved_rows(gallery, wall)
     what = f"gallery index {watch.loaded or '(no index line in the log)'}"
     if watch.built_in:
         what += f" and indexed in {watch.built_in}"
     print(f"{model_dir.name}: {what}; {took:.0f} s in all")
     if rows is None:
-        sys.exit(f"no saved index in {model_dir / 'gallery'} (the store holds no enrolled "
-                 "rows, or the save failed: see the log)")
-    print(f"saved: {model_dir / 'gallery' / 'gallery.index'}, {rows} store rows; a server "
-          "loads it instead of building it")
+        sys.exit(f"no index saved in {gallery} by this run (the store holds no enrolled rows, "
+                 "or the save failed: run again with --log FILE and read it)")
+    print(f"saved: {gallery / 'gallery.index'}, {rows} store rows; a server loads it instead "
+          "of building it")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use usearch::ScalarKind;
@@ -84,6 +84,11 @@ const FEW_LINKS_IN_PER_NEIGHBOUR: f32 = 0.25;
 const ISOLATED_SHARE: f64 = 0.001;
 const SAMPLE: usize = 10_000;
 const MAX_STRAYS: usize = 10_000;
+/// `changed_since_count` before the strays were ever counted.
+const NEVER_COUNTED: u64 = u64::MAX;
+/// Strays recorded though this many vectors changed since their count (or
+/// 1% of the vectors, if more): `strays_to_save`.
+const STALE_STRAYS_MIN: u64 = 1_000;
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
 /// The first capacity; it doubles as the gallery grows.
@@ -112,9 +117,10 @@ pub struct VectorIndex {
     /// Beyond this median link length a node is isolated (f32 bits; 0
     /// until `find_strays` measured it).
     isolated_above: AtomicU32,
-    /// `strays` were counted over the graph as it is: no vector went in or
-    /// out since (each may cut links that led to other nodes).
-    strays_fresh: AtomicBool,
+    /// Vectors inserted or removed since `strays` were counted (each may
+    /// cut links that led to other nodes); 0: counted over the graph as it
+    /// is; NEVER_COUNTED before the first count.
+    changed_since_count: AtomicU64,
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
@@ -228,7 +234,7 @@ impl VectorIndex {
             inner: RwLock::new(graph),
             strays: RwLock::new(Strays::new(opts, threads())?),
             isolated_above: AtomicU32::new(0),
-            strays_fresh: AtomicBool::new(false),
+            changed_since_count: AtomicU64::new(NEVER_COUNTED),
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
@@ -372,7 +378,7 @@ impl VectorIndex {
         }
         let (mut coarse, mut fine) = split::buffers(self.dim);
         index.add(key, vector, &mut coarse, &mut fine)?;
-        self.strays_fresh.store(false, Ordering::Relaxed);
+        self.changed(1);
         if let Some(f) = index.fine.as_mut() {
             f.put(key, &coarse, &fine);
         }
@@ -432,7 +438,7 @@ impl VectorIndex {
         for &(_, key) in found.iter().take(MAX_STRAYS) {
             add_stray(&mut strays, &index, key, self.dim)?;
         }
-        self.strays_fresh.store(true, Ordering::Relaxed);
+        self.changed_since_count.store(0, Ordering::Relaxed);
         Ok(strays.len())
     }
 
@@ -446,32 +452,36 @@ impl VectorIndex {
     pub fn counted_strays(&self) -> Option<(Vec<u64>, f32)> {
         let _graph = self.read(); // no change between the two reads
         let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
-        self.strays_fresh.load(Ordering::Relaxed).then(|| {
+        (self.changed_since_count.load(Ordering::Relaxed) == 0).then(|| {
             let limit = f32::from_bits(self.isolated_above.load(Ordering::Relaxed));
             (strays.keys().to_vec(), limit)
         })
     }
 
-    /// The strays to record with a save: those counted over the graph as it
-    /// is; or, for vectors with sign bits, the last count and each vector
-    /// inserted alone since. An insertion can also cut the links that led
-    /// to another node, which then goes unrecorded until the next count;
-    /// the second look scans every sign, so that node's person is found
-    /// later, never missed. Without sign bits (the second look is a wider
-    /// walk) only a count over this graph is recorded. Counting again takes
-    /// 17 s at a million: a restart after an `ENROLL` need not pay it.
-    pub fn strays_to_save(&self) -> Option<(Vec<u64>, f32)> {
+    /// The strays to record with a save and how many vectors went in or
+    /// out since they were counted: counted over the graph as it is; or, for
+    /// vectors with sign bits, the last count and each vector inserted alone
+    /// since, while at most 1% of the vectors changed since the count. A
+    /// change can cut the links that led to another node, which then goes
+    /// unrecorded until the next count; when the first look names no one,
+    /// the second, a scan of every sign, still finds that person. Without
+    /// sign bits (the second look is a wider walk) only a count over this
+    /// graph is recorded. Counting takes 17 s at a million: a restart after
+    /// an `ENROLL` need not pay it.
+    pub fn strays_to_save(&self) -> Option<(Vec<u64>, f32, u64)> {
         let graph = self.read(); // no change between the reads
         let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
         let limit = f32::from_bits(self.isolated_above.load(Ordering::Relaxed));
-        let counted_once = graph.fine.is_some() && limit > 0.0;
-        (self.strays_fresh.load(Ordering::Relaxed) || counted_once)
-            .then(|| (strays.keys().to_vec(), limit))
+        let changed = self.changed_since_count.load(Ordering::Relaxed);
+        let few = changed <= (graph.size() as u64 / 100).max(STALE_STRAYS_MIN);
+        let recorded = changed == 0 || (graph.fine.is_some() && limit > 0.0 && few);
+        recorded.then(|| (strays.keys().to_vec(), limit, changed))
     }
 
-    /// Take strays counted over this very graph before (saved with it),
+    /// Take strays counted over this graph before, `changed` vectors ago
+    /// (saved with it),
     /// instead of counting them again: those the index holds. How many.
-    pub fn set_strays(&self, keys: &[u64], isolated_above: f32) -> Result<usize> {
+    pub fn set_strays(&self, keys: &[u64], isolated_above: f32, changed: u64) -> Result<usize> {
         let graph = self.read();
         let mut strays = self.strays_mut();
         strays.clear()?;
@@ -480,7 +490,7 @@ impl VectorIndex {
         }
         self.isolated_above
             .store(isolated_above.to_bits(), Ordering::Relaxed);
-        self.strays_fresh.store(true, Ordering::Relaxed);
+        self.changed_since_count.store(changed, Ordering::Relaxed);
         Ok(strays.len())
     }
 
@@ -592,9 +602,7 @@ impl VectorIndex {
                 fine.put(*key, &coarse, &bytes);
             }
         }
-        if !fresh.is_empty() {
-            self.strays_fresh.store(false, Ordering::Relaxed);
-        }
+        self.changed(fresh.len() as u64);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let chunk = fresh.len().div_ceil(cores).max(1);
         let index = &*index;
@@ -643,8 +651,22 @@ impl VectorIndex {
         if let Err(e) = self.strays_mut().remove(key) {
             crate::triton::log::warn(&format!("{key} left among the strays: {e}"));
         }
-        self.strays_fresh.store(false, Ordering::Relaxed);
+        self.changed(1);
         Ok(())
+    }
+
+    /// `n` more vectors went in or out since the strays were counted.
+    fn changed(&self, n: u64) {
+        let add = |c: u64| {
+            Some(if c == NEVER_COUNTED {
+                c
+            } else {
+                c.saturating_add(n)
+            })
+        };
+        let _ = self
+            .changed_since_count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, add);
     }
 
     /// The vector stored under `key` (as stored: f16 widened, or a split
@@ -1018,7 +1040,7 @@ mod tests {
         let (counted, limit) = index.counted_strays().expect("just counted");
         assert!(counted.contains(&0) && limit > 0.0);
         assert_eq!(
-            index.set_strays(&[0, 123_456], limit).unwrap(),
+            index.set_strays(&[0, 123_456], limit, 0).unwrap(),
             1,
             "only keys it holds"
         );
@@ -1027,14 +1049,30 @@ mod tests {
         index.insert(9999, &other).unwrap();
         assert_eq!(index.nearest(&other, 1).unwrap()[0].key, 9999);
         assert_eq!(index.counted_strays(), None, "an insertion may cut links");
-        // Saved all the same (the sign scan finds what the record lacks):
-        // the count's strays and the limit, the inserted vector judged alone.
-        let (kept, kept_limit) = index.strays_to_save().expect("sign bits");
-        assert!(kept.contains(&0) && kept_limit == limit, "{kept:?}");
+        // Saved all the same (the sign scan finds what the record lacks),
+        // with how many vectors changed since the count.
+        let (kept, kept_limit, changed) = index.strays_to_save().expect("sign bits");
+        assert!(
+            kept.contains(&0) && kept_limit == limit && changed == 1,
+            "{kept:?}"
+        );
         index.remove(0).unwrap();
         assert_ne!(index.nearest(&loner, 1).unwrap()[0].key, 0);
-        let (kept, _) = index.strays_to_save().unwrap();
-        assert!(!kept.contains(&0), "a removed vector is not recorded");
+        let (kept, _, changed) = index.strays_to_save().unwrap();
+        assert!(
+            !kept.contains(&0) && changed == 2,
+            "a removed vector is not recorded"
+        );
+        // Taken back from a manifest with its changes: too many, and they
+        // are no longer recorded (the next load counts them again).
+        index.set_strays(&kept, limit, STALE_STRAYS_MIN).unwrap();
+        assert_eq!(index.strays_to_save().map(|s| s.2), Some(STALE_STRAYS_MIN));
+        index.insert(10_000, &near(&centre, 10_000)).unwrap();
+        assert_eq!(
+            index.strays_to_save(),
+            None,
+            "more than 1,000 and 1% changed"
+        );
     }
 
     #[test]

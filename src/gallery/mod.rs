@@ -21,6 +21,7 @@ pub mod looks;
 pub mod names;
 mod progress;
 mod saved;
+#[doc(hidden)] // public for benches/sign_scan.rs
 pub mod signs;
 mod split;
 pub mod store;
@@ -211,13 +212,16 @@ impl Gallery {
         // The file as saved, nothing added or removed: its graph.
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
         let strays = match (clean, restored.strays) {
-            (true, Some(s)) if s.current() => live.index.set_strays(&s.keys, s.isolated_above)?,
+            (true, Some(s)) if s.current() => {
+                live.index
+                    .set_strays(&s.keys, s.isolated_above, s.changed)?
+            }
             _ => {
                 let n = live.index.find_strays(&live.read().store_keys())?;
                 if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean)
                 {
                     // Cheap to keep (the manifest only), seconds to count.
-                    let strays = saved::Strays::new(keys, isolated_above);
+                    let strays = saved::Strays::new(keys, isolated_above, 0);
                     if let Err(e) = saved.record_strays(strays) {
                         crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
                     }

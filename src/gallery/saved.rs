@@ -49,14 +49,17 @@ pub struct Manifest {
     /// Keys of gallery images, all below this one, also held (replaced at
     /// every load).
     pub folder_keys_below: u64,
-    /// The strays counted over this graph (absent: count them at load).
+    /// The strays counted over this graph, or a few changes ago (absent:
+    /// count them at load).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strays: Option<Strays>,
 }
 
 /// A graph's strays and the link length beyond which a node was judged
-/// isolated (`VectorIndex::find_strays`): counting them takes seconds at a
-/// million. Manifests of an older rule lack the length (0): counted again.
+/// isolated (`VectorIndex::find_strays`), and how many vectors went in or
+/// out since they were counted (`VectorIndex::strays_to_save`): counting
+/// them takes seconds at a million. Manifests of an older rule lack the
+/// length (0): counted again.
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
 pub struct Strays {
     pub keys: Vec<u64>,
@@ -67,14 +70,19 @@ pub struct Strays {
     /// copy) still reads the manifest instead of rebuilding the graph.
     #[serde(default)]
     typical: f32,
+    /// Absent in manifests before 2026-11-28, whose strays were counted
+    /// over the graph as saved.
+    #[serde(default)]
+    pub changed: u64,
 }
 
 impl Strays {
-    pub fn new(keys: Vec<u64>, isolated_above: f32) -> Self {
+    pub fn new(keys: Vec<u64>, isolated_above: f32, changed: u64) -> Self {
         Strays {
             keys,
             isolated_above,
             typical: 0.0,
+            changed,
         }
     }
 
@@ -195,7 +203,7 @@ impl Saved {
         fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
         let strays = index
             .strays_to_save()
-            .map(|(keys, isolated_above)| Strays::new(keys, isolated_above));
+            .map(|(keys, isolated_above, changed)| Strays::new(keys, isolated_above, changed));
         let manifest = Manifest {
             format: FORMAT,
             owner: self.owner.clone(),

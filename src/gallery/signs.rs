@@ -28,7 +28,7 @@ pub fn pack(coarse: &[i8], out: &mut [u64]) {
 }
 
 /// Scans of more codes than this are split over the cores: a million is
-/// 64 MB, and one core reads it at about 7 GB/s.
+/// 64 MB, 3 to 6 ms for one core (docs/benchmarks.md).
 const PARALLEL_FROM: usize = 100_000;
 /// At most this many parts (memory bandwidth, not cores, bounds the rest).
 const MAX_PARTS: usize = 4;
@@ -106,7 +106,7 @@ pub fn nearest_with(
     count: usize,
     parts: usize,
 ) -> Option<Result<Vec<usize>, String>> {
-    if !Kernel::available(words).contains(&kernel) || query.len() != words {
+    if words == 0 || query.len() != words || !Kernel::available(words).contains(&kernel) {
         return None;
     }
     Some(nearest_in_parts(
@@ -181,9 +181,10 @@ fn best(mut found: Vec<(u32, usize)>, count: usize) -> Vec<usize> {
 }
 
 /// One part's `count` nearest (distance, slot), on this thread, by
-/// `kernel` (one of `Kernel::available(words)`): 512-bit codes with AVX-512
-/// or AVX2 eight or four codes at a time, about 4x the speed of a POPCNT
-/// per word (docs/benchmarks.md, "Faces unlike the rest").
+/// `kernel`, or the plain scan when the CPU cannot run it: 512-bit codes
+/// with AVX-512 or AVX2 eight or four codes at a time (AVX-512: 1.5 to 3.4
+/// times less core time than a POPCNT per word, docs/benchmarks.md, "Faces
+/// unlike the rest").
 fn nearest_here(
     codes: &[u64],
     words: usize,
@@ -193,11 +194,11 @@ fn nearest_here(
     kernel: Kernel,
 ) -> Vec<(u32, usize)> {
     #[cfg(target_arch = "x86_64")]
-    {
+    if Kernel::available(words).contains(&kernel) {
         let wide = <&[u64; 8]>::try_from(query);
         match (kernel, wide) {
             (Kernel::Avx512, Ok(q)) => {
-                // SAFETY: `Kernel::available` offers a kernel only where the
+                // SAFETY: the kernel is available (checked just above): the
                 // CPU has the features it is compiled for.
                 return unsafe { x86::nearest_512_avx512(codes, q, count, live) };
             }
@@ -210,6 +211,8 @@ fn nearest_here(
             _ => return unsafe { nearest_popcnt(codes, words, query, count, live) },
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel; // only the plain scan there
     scan(codes, words, query, count, live)
 }
 
