@@ -72,27 +72,40 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    /// The kernels this CPU runs for codes of `words` words, slowest first.
-    pub fn available(words: usize) -> Vec<Kernel> {
-        let mut all = vec![Kernel::Plain];
+    const ALL: [Kernel; 4] = [Kernel::Plain, Kernel::Popcnt, Kernel::Avx2, Kernel::Avx512];
+
+    /// Whether this CPU runs the kernel for codes of `words` words (a cached
+    /// feature check: cheap enough for every scan).
+    pub fn runs(self, words: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
-            if has!("popcnt") {
-                all.push(Kernel::Popcnt);
-                if words == 8 && has!("avx2") {
-                    all.push(Kernel::Avx2);
-                }
-                if words == 8 && has!("avx512f") && has!("avx512vpopcntdq") {
-                    all.push(Kernel::Avx512);
-                }
+            let wide = words == 8 && has!("popcnt");
+            match self {
+                Kernel::Plain => true,
+                Kernel::Popcnt => has!("popcnt"),
+                Kernel::Avx2 => wide && has!("avx2"),
+                Kernel::Avx512 => wide && has!("avx512f") && has!("avx512vpopcntdq"),
             }
         }
-        all
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = words;
+            self == Kernel::Plain
+        }
+    }
+
+    /// The kernels this CPU runs for codes of `words` words, slowest first.
+    pub fn available(words: usize) -> Vec<Kernel> {
+        Self::ALL.into_iter().filter(|k| k.runs(words)).collect()
     }
 
     fn fastest(words: usize) -> Kernel {
-        Self::available(words).pop().unwrap_or(Kernel::Plain)
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|k| k.runs(words))
+            .unwrap_or(Kernel::Plain)
     }
 }
 
@@ -106,7 +119,7 @@ pub fn nearest_with(
     count: usize,
     parts: usize,
 ) -> Option<Result<Vec<usize>, String>> {
-    if words == 0 || query.len() != words || !Kernel::available(words).contains(&kernel) {
+    if words == 0 || query.len() != words || !kernel.runs(words) {
         return None;
     }
     Some(nearest_in_parts(
@@ -194,7 +207,7 @@ fn nearest_here(
     kernel: Kernel,
 ) -> Vec<(u32, usize)> {
     #[cfg(target_arch = "x86_64")]
-    if Kernel::available(words).contains(&kernel) {
+    if kernel.runs(words) {
         let wide = <&[u64; 8]>::try_from(query);
         match (kernel, wide) {
             (Kernel::Avx512, Ok(q)) => {
@@ -304,9 +317,7 @@ mod x86 {
                 if _mm512_cmplt_epi64_mask(sums, bound) != 0 {
                     let mut d = [0u64; BLOCK];
                     _mm512_storeu_si512(d.as_mut_ptr().cast(), sums);
-                    for (k, &d) in d.iter().enumerate() {
-                        kept.offer(d as u32, b * BLOCK + k, &live);
-                    }
+                    kept.offer_block(&d, b * BLOCK, &live);
                 }
             }
             rest(codes, query, blocks * BLOCK, kept, &live)
@@ -367,9 +378,7 @@ mod x86 {
                 if _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(bound, sums))) != 0 {
                     let mut d = [0u64; BLOCK];
                     _mm256_storeu_si256(d.as_mut_ptr().cast(), sums);
-                    for (k, &d) in d.iter().enumerate() {
-                        kept.offer(d as u32, b * BLOCK + k, &live);
-                    }
+                    kept.offer_block(&d, b * BLOCK, &live);
                 }
             }
             rest(codes, query, blocks * BLOCK, kept, &live)
@@ -442,6 +451,14 @@ impl Kept {
     fn offer(&mut self, d: u32, slot: usize, live: &impl Fn(usize) -> bool) {
         if d < self.bound && live(slot) {
             self.push(d, slot);
+        }
+    }
+
+    /// `offer` each of a block's distances, the first one's slot `first`.
+    #[inline(always)]
+    fn offer_block(&mut self, d: &[u64], first: usize, live: &impl Fn(usize) -> bool) {
+        for (k, &d) in d.iter().enumerate() {
+            self.offer(d as u32, first + k, live);
         }
     }
 
