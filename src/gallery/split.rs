@@ -65,11 +65,23 @@ pub fn split(v: &[f32], coarse: &mut [i8], fine: &mut [u8]) {
 
 /// The unit vector `split` took apart, to within 0.5 / (127 * 14) per value.
 pub fn join(coarse: &[i8], fine: &[u8], out: &mut [f32]) {
-    for ((pair, byte), out) in coarse.chunks(2).zip(fine).zip(out.chunks_mut(2)) {
+    // Multiplied by the steps' inverses: a division per value took a fifth
+    // of a re-rank at a million (0.75 -> 0.62 ms for 257 candidates).
+    let (fine_step, step) = (1.0 / FINE_STEP, 1.0 / STEP);
+    let restore = |q: i8, r: i8| (f32::from(q) + f32::from(r) * fine_step) * step;
+    let pairs = coarse
+        .chunks_exact(2)
+        .zip(fine)
+        .zip(out.chunks_exact_mut(2));
+    for ((pair, byte), out) in pairs {
         // Sign-extended halves: the low one shifted up first.
-        let rests = [((*byte << 4) as i8) >> 4, (*byte as i8) >> 4];
-        for ((q, r), o) in pair.iter().zip(rests).zip(out.iter_mut()) {
-            *o = (f32::from(*q) + f32::from(r) / FINE_STEP) / STEP;
+        out[0] = restore(pair[0], ((*byte << 4) as i8) >> 4);
+        out[1] = restore(pair[1], (*byte as i8) >> 4);
+    }
+    if let Some(&q) = coarse.chunks_exact(2).remainder().first() {
+        let last = coarse.len() - 1;
+        if let (Some(&byte), Some(o)) = (fine.get(last / 2), out.get_mut(last)) {
+            *o = restore(q, ((byte << 4) as i8) >> 4);
         }
     }
 }
