@@ -21,6 +21,7 @@ pub mod looks;
 pub mod names;
 mod progress;
 mod saved;
+mod share;
 #[doc(hidden)] // public for benches/sign_scan.rs
 pub mod signs;
 mod split;

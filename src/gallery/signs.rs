@@ -13,6 +13,9 @@
 //! "Faces unlike the rest" for the time).
 
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::share::with_helpers;
 
 /// Words (u64) of sign bits for a vector of `dim` values.
 pub fn words(dim: usize) -> usize {
@@ -32,6 +35,9 @@ pub fn pack(coarse: &[i8], out: &mut [u64]) {
 const PARALLEL_FROM: usize = 100_000;
 /// At most this many parts (memory bandwidth, not cores, bounds the rest).
 const MAX_PARTS: usize = 4;
+/// Slots a thread claims at a time in a scan shared between threads: 2 MB
+/// of 512-bit codes, 0.1 to 0.4 ms.
+const CHUNK: usize = 1 << 15;
 
 /// The slots of the `count` codes nearest to `query` by Hamming distance,
 /// nearest first (`codes`: `words` u64 per slot; slots where `live` is
@@ -54,7 +60,7 @@ pub fn nearest(
         1
     };
     let kernel = Kernel::fastest(words);
-    nearest_in_parts(codes, words, query, count, &live, parts, kernel)
+    nearest_in_parts(codes, words, query, count, &live, parts, CHUNK, kernel)
 }
 
 /// How a part is scanned: `nearest` takes the fastest the CPU has
@@ -129,12 +135,15 @@ pub fn nearest_with(
         count,
         &|_| true,
         parts,
+        CHUNK,
         kernel,
     ))
 }
 
-/// `nearest` over `parts` parts, each on a thread of its own (on this one
-/// when a thread cannot be started).
+/// `nearest` on this thread and up to `parts - 1` helpers, which claim
+/// `chunk` slots at a time with it (`share.rs`: a helper slow to start
+/// leaves its chunks to this thread instead of holding it up).
+#[allow(clippy::too_many_arguments)]
 fn nearest_in_parts(
     codes: &[u64],
     words: usize,
@@ -142,47 +151,38 @@ fn nearest_in_parts(
     count: usize,
     live: &(impl Fn(usize) -> bool + Sync),
     parts: usize,
+    chunk: usize,
     kernel: Kernel,
 ) -> Result<Vec<usize>, String> {
     let slots = codes.len() / words;
-    let per = slots.div_ceil(parts.max(1)).max(1);
-    let part = |first: usize| {
-        let last = (first + per).min(slots);
-        let mine = &codes[first * words..last * words];
-        let found = nearest_here(mine, words, query, count, |s| live(first + s), kernel);
-        found
-            .into_iter()
-            .map(move |(d, s)| (d, first + s))
-            .collect::<Vec<_>>()
-    };
-    if parts <= 1 {
-        return Ok(best(part(0), count));
-    }
-    let firsts: Vec<usize> = (0..slots).step_by(per).collect();
-    let Some((&mine, others)) = firsts.split_last() else {
-        return Ok(Vec::new());
-    };
-    let found: Vec<(u32, usize)> = std::thread::scope(|scope| {
-        let mut all = Vec::with_capacity(count * parts);
-        let mut workers = Vec::new();
-        for &first in others {
-            match std::thread::Builder::new().spawn_scoped(scope, move || part(first)) {
-                Ok(worker) => workers.push(worker),
-                Err(_) => all.extend(part(first)),
+    let chunk = if parts <= 1 { slots } else { chunk }.max(1);
+    let next = AtomicUsize::new(0);
+    let scan = || {
+        let mut kept = Kept::new(count);
+        loop {
+            let first = next.fetch_add(1, Ordering::Relaxed).saturating_mul(chunk);
+            if first >= slots {
+                return kept.slots();
             }
-        }
-        // The last part on this thread: a thread took 0.1 to 0.25 ms to
-        // start in the server, and this one would only wait.
-        all.extend(part(mine));
-        for worker in workers {
-            all.extend(
-                worker
-                    .join()
-                    .map_err(|_| "a scan thread panicked".to_string())?,
+            let last = (first + chunk).min(slots);
+            kept.first = first;
+            nearest_here(
+                &mut kept,
+                &codes[first * words..last * words],
+                words,
+                query,
+                live,
+                kernel,
             );
         }
-        Ok::<_, String>(all)
-    })?;
+    };
+    if parts <= 1 || slots <= chunk {
+        return Ok(best(scan(), count));
+    }
+    let mut found = Vec::with_capacity(count * parts);
+    for part in with_helpers(parts - 1, &scan) {
+        found.extend(part?);
+    }
     Ok(best(found, count))
 }
 
@@ -199,13 +199,13 @@ fn best(mut found: Vec<(u32, usize)>, count: usize) -> Vec<usize> {
 /// times less core time than a POPCNT per word, docs/benchmarks.md, "Faces
 /// unlike the rest").
 fn nearest_here(
+    kept: &mut Kept,
     codes: &[u64],
     words: usize,
     query: &[u64],
-    count: usize,
-    live: impl Fn(usize) -> bool,
+    live: &impl Fn(usize) -> bool,
     kernel: Kernel,
-) -> Vec<(u32, usize)> {
+) {
     #[cfg(target_arch = "x86_64")]
     if kernel.runs(words) {
         let wide = <&[u64; 8]>::try_from(query);
@@ -213,20 +213,20 @@ fn nearest_here(
             (Kernel::Avx512, Ok(q)) => {
                 // SAFETY: the kernel is available (checked just above): the
                 // CPU has the features it is compiled for.
-                return unsafe { x86::nearest_512_avx512(codes, q, count, live) };
+                return unsafe { x86::nearest_512_avx512(kept, codes, q, live) };
             }
             (Kernel::Avx2, Ok(q)) => {
                 // SAFETY: as above.
-                return unsafe { x86::nearest_512_avx2(codes, q, count, live) };
+                return unsafe { x86::nearest_512_avx2(kept, codes, q, live) };
             }
             (Kernel::Plain, _) => {}
             // SAFETY: as above (every kernel but Plain needs POPCNT).
-            _ => return unsafe { nearest_popcnt(codes, words, query, count, live) },
+            _ => return unsafe { nearest_popcnt(kept, codes, words, query, live) },
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = kernel; // only the plain scan there
-    scan(codes, words, query, count, live)
+    scan(kept, codes, words, query, live)
 }
 
 /// `scan` compiled with the POPCNT instruction (the default target lacks it,
@@ -234,28 +234,28 @@ fn nearest_here(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
 unsafe fn nearest_popcnt(
+    kept: &mut Kept,
     codes: &[u64],
     words: usize,
     query: &[u64],
-    count: usize,
-    live: impl Fn(usize) -> bool,
-) -> Vec<(u32, usize)> {
-    scan(codes, words, query, count, live)
+    live: &impl Fn(usize) -> bool,
+) {
+    scan(kept, codes, words, query, live)
 }
 
 #[inline(always)]
 fn scan(
+    kept: &mut Kept,
     codes: &[u64],
     words: usize,
     query: &[u64],
-    count: usize,
-    live: impl Fn(usize) -> bool,
-) -> Vec<(u32, usize)> {
+    live: &impl Fn(usize) -> bool,
+) {
     match words {
         // 512-d and 128-d: the length known, the loop unrolled.
-        8 => keep_nearest(codes, 8, count, live, |c| hamming::<8>(c, query)),
-        2 => keep_nearest(codes, 2, count, live, |c| hamming::<2>(c, query)),
-        _ => keep_nearest(codes, words, count, live, |c| {
+        8 => keep_nearest(kept, codes, 8, live, |c| hamming::<8>(c, query)),
+        2 => keep_nearest(kept, codes, 2, live, |c| hamming::<2>(c, query)),
+        _ => keep_nearest(kept, codes, words, live, |c| {
             c.iter().zip(query).map(|(a, b)| (a ^ b).count_ones()).sum()
         }),
     }
@@ -275,17 +275,16 @@ mod x86 {
     /// leaves code k's distance in lane k.
     #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
     pub unsafe fn nearest_512_avx512(
+        kept: &mut Kept,
         codes: &[u64],
         query: &[u64; WORDS],
-        count: usize,
-        live: impl Fn(usize) -> bool,
-    ) -> Vec<(u32, usize)> {
+        live: &impl Fn(usize) -> bool,
+    ) {
         // SAFETY: every load and store is of whole codes inside `codes`
         // (blocks * WORDS * BLOCK <= codes.len()), of `query` (WORDS words)
         // or of a local array of the register's size.
         unsafe {
             const BLOCK: usize = 8;
-            let mut kept = Kept::new(count);
             let q = _mm512_loadu_si512(query.as_ptr().cast());
             let blocks = codes.len() / (WORDS * BLOCK);
             for b in 0..blocks {
@@ -317,10 +316,10 @@ mod x86 {
                 if _mm512_cmplt_epi64_mask(sums, bound) != 0 {
                     let mut d = [0u64; BLOCK];
                     _mm512_storeu_si512(d.as_mut_ptr().cast(), sums);
-                    kept.offer_block(&d, b * BLOCK, &live);
+                    kept.offer_block(&d, b * BLOCK, live);
                 }
             }
-            rest(codes, query, blocks * BLOCK, kept, &live)
+            rest(kept, codes, query, blocks * BLOCK, live)
         }
     }
 
@@ -328,17 +327,16 @@ mod x86 {
     /// summed by PSADBW, then the four codes' sums side by side.
     #[target_feature(enable = "avx2,popcnt")]
     pub unsafe fn nearest_512_avx2(
+        kept: &mut Kept,
         codes: &[u64],
         query: &[u64; WORDS],
-        count: usize,
-        live: impl Fn(usize) -> bool,
-    ) -> Vec<(u32, usize)> {
+        live: &impl Fn(usize) -> bool,
+    ) {
         // SAFETY: every load and store is of whole codes inside `codes`
         // (blocks * WORDS * BLOCK <= codes.len()), of `query` (WORDS words)
         // or of a local array of the register's size.
         unsafe {
             const BLOCK: usize = 4;
-            let mut kept = Kept::new(count);
             #[rustfmt::skip]
             let table = _mm256_setr_epi8(
                 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
@@ -378,28 +376,27 @@ mod x86 {
                 if _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(bound, sums))) != 0 {
                     let mut d = [0u64; BLOCK];
                     _mm256_storeu_si256(d.as_mut_ptr().cast(), sums);
-                    kept.offer_block(&d, b * BLOCK, &live);
+                    kept.offer_block(&d, b * BLOCK, live);
                 }
             }
-            rest(codes, query, blocks * BLOCK, kept, &live)
+            rest(kept, codes, query, blocks * BLOCK, live)
         }
     }
 
     /// The codes after the last whole block, one at a time.
     #[target_feature(enable = "popcnt")]
     fn rest(
+        kept: &mut Kept,
         codes: &[u64],
         query: &[u64; WORDS],
         from: usize,
-        mut kept: Kept,
         live: &impl Fn(usize) -> bool,
-    ) -> Vec<(u32, usize)> {
+    ) {
         let slots = codes.len() / WORDS;
         for slot in from..slots {
             let d = hamming::<WORDS>(&codes[slot * WORDS..(slot + 1) * WORDS], query);
             kept.offer(d, slot, live);
         }
-        kept.slots()
     }
 }
 
@@ -413,28 +410,28 @@ fn hamming<const W: usize>(code: &[u64], query: &[u64]) -> u32 {
     d
 }
 
-/// The `count` live slots nearest by `distance`, as (distance, slot).
+/// Offer every code to `kept` by `distance`.
 #[inline(always)]
 fn keep_nearest(
+    kept: &mut Kept,
     codes: &[u64],
     words: usize,
-    count: usize,
-    live: impl Fn(usize) -> bool,
+    live: &impl Fn(usize) -> bool,
     distance: impl Fn(&[u64]) -> u32,
-) -> Vec<(u32, usize)> {
-    let mut kept = Kept::new(count);
+) {
     for (slot, code) in codes.chunks_exact(words).enumerate() {
-        kept.offer(distance(code), slot, &live);
+        kept.offer(distance(code), slot, live);
     }
-    kept.slots()
 }
 
 /// The `count` nearest so far, farthest on top; `bound`: what a code must
-/// beat to get in (one compare per code for all the others).
+/// beat to get in (one compare per code for all the others). Slots are
+/// offered counted from `first` (a chunk's first slot) and kept whole.
 struct Kept {
     heap: BinaryHeap<(u32, usize)>,
     count: usize,
     bound: u32,
+    first: usize,
 }
 
 impl Kept {
@@ -443,12 +440,15 @@ impl Kept {
             heap: BinaryHeap::with_capacity(count + 1),
             count,
             bound: u32::MAX,
+            first: 0,
         }
     }
 
-    /// Keep `slot` at distance `d` if it is among the nearest so far and live.
+    /// Keep `first + slot` at distance `d` if it is among the nearest so far
+    /// and live.
     #[inline(always)]
     fn offer(&mut self, d: u32, slot: usize, live: &impl Fn(usize) -> bool) {
+        let slot = self.first + slot;
         if d < self.bound && live(slot) {
             self.push(d, slot);
         }
@@ -480,6 +480,19 @@ impl Kept {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plain scan's (distance, slot) of the `count` nearest.
+    fn plain(
+        codes: &[u64],
+        words: usize,
+        query: &[u64],
+        count: usize,
+        live: impl Fn(usize) -> bool,
+    ) -> Vec<(u32, usize)> {
+        let mut kept = Kept::new(count);
+        scan(&mut kept, codes, words, query, &live);
+        kept.slots()
+    }
 
     #[test]
     fn packs_signs_and_finds_the_nearest_codes() {
@@ -520,15 +533,16 @@ mod tests {
             found
         };
         for count in [1, 5, 64, slots + 10] {
-            let plain = sorted(scan(&codes, 8, &query, count, live));
+            let plain = sorted(plain(&codes, 8, &query, count, live));
             assert_eq!(plain[0], (0, 40));
             if count > slots {
                 assert!(plain.contains(&(512, 1001)));
             }
             let plain: Vec<usize> = plain.into_iter().map(|(_, s)| s).collect();
             for kernel in Kernel::available(8) {
-                for parts in [1, 3] {
-                    let found = nearest_in_parts(&codes, 8, &query, count, &live, parts, kernel);
+                for (parts, chunk) in [(1, CHUNK), (3, CHUNK), (2, 100), (3, 7)] {
+                    let found =
+                        nearest_in_parts(&codes, 8, &query, count, &live, parts, chunk, kernel);
                     assert_eq!(found.unwrap(), plain, "{kernel:?}, {count}, {parts} parts");
                 }
             }
@@ -538,8 +552,9 @@ mod tests {
 
     #[test]
     fn a_scan_split_in_parts_finds_what_one_pass_finds() {
-        // The nearest codes sit at the parts' edges and in the last part;
-        // some of them are not live.
+        // The nearest codes sit at the chunks' edges and in the last one,
+        // some of them not live, two of them tied for the fifth place (the
+        // first slot wins, however the chunks were shared out).
         let slots = 1000;
         let near = [0usize, 332, 333, 334, 666, 667, 999, 998];
         let codes: Vec<u64> = (0..slots)
@@ -553,16 +568,19 @@ mod tests {
             .collect();
         let query = [0u64];
         let live = |s: usize| s != 333 && s != 998;
-        let mut one: Vec<(u32, usize)> = scan(&codes, 1, &query, 5, live);
+        let mut one: Vec<(u32, usize)> = plain(&codes, 1, &query, 5, live);
         one.sort_unstable();
         let one: Vec<usize> = one.into_iter().map(|(_, s)| s).collect();
         assert_eq!(one, vec![0, 332, 334, 666, 667]);
+        let kernel = Kernel::fastest(1);
         for parts in 1..=4 {
-            let split =
-                nearest_in_parts(&codes, 1, &query, 5, &live, parts, Kernel::fastest(1)).unwrap();
-            assert_eq!(split, one, "{parts} parts");
+            for chunk in [1, 7, 333, 334, CHUNK] {
+                let split =
+                    nearest_in_parts(&codes, 1, &query, 5, &live, parts, chunk, kernel).unwrap();
+                assert_eq!(split, one, "{parts} parts, chunks of {chunk}");
+            }
         }
-        let last = nearest_in_parts(&codes, 1, &query, 7, &live, 3, Kernel::fastest(1)).unwrap();
+        let last = nearest_in_parts(&codes, 1, &query, 7, &live, 3, 100, kernel).unwrap();
         assert!(last.contains(&999) && !last.contains(&998), "{last:?}");
     }
 }
