@@ -31,7 +31,7 @@ pub fn pack(coarse: &[i8], out: &mut [u64]) {
 }
 
 /// Scans of more codes than this are split over the cores: a million is
-/// 64 MB, 3 to 6 ms for one core (docs/benchmarks.md).
+/// 64 MB, 3 to 8 ms for one core (docs/benchmarks.md).
 const PARALLEL_FROM: usize = 100_000;
 /// At most this many parts (memory bandwidth, not cores, bounds the rest).
 const MAX_PARTS: usize = 4;
