@@ -213,6 +213,15 @@ impl Graph {
     }
 }
 
+/// The sign scan's helper threads joined before the index goes: one told
+/// not to start may still be starting, in this library's code, which an
+/// unload would take away (`share.rs`).
+impl Drop for VectorIndex {
+    fn drop(&mut self) {
+        super::share::join_helpers();
+    }
+}
+
 impl VectorIndex {
     pub fn new(metric: Metric, dim: usize) -> Result<Self> {
         Self::shaped(metric, dim, shape(metric))

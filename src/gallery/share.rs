@@ -7,6 +7,53 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// Every helper thread not yet joined: one told not to start may run
+/// milliseconds later, and its code is this library's, so a gallery joins
+/// them before it goes (`join_helpers`); each call joins those finished.
+static HELPERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+fn threads() -> MutexGuard<'static, Vec<JoinHandle<()>>> {
+    HELPERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Join every helper thread started so far (they end within milliseconds:
+/// none is running `work` once `with_helpers` has returned).
+pub fn join_helpers() {
+    let all = std::mem::take(&mut *threads());
+    for helper in all {
+        let _ = helper.join();
+    }
+}
+
+/// Join the helpers that have finished, keep the others.
+fn join_finished() {
+    let mut all = threads();
+    let (done, running): (Vec<_>, Vec<_>) = all.drain(..).partition(|h| h.is_finished());
+    *all = running;
+    drop(all);
+    for helper in done {
+        let _ = helper.join();
+    }
+}
+
+/// `work` as a helper holds it: a pointer, made a reference only while the
+/// helper's state is Running (a reference kept past the borrow would dangle
+/// even unused).
+struct Work<T>(*const (dyn Fn() -> T + Sync + 'static));
+
+// SAFETY: the pointee is Sync (callable from any thread); `with_helpers`
+// keeps it alive while any helper may call it.
+unsafe impl<T: Send> Send for Work<T> {}
+
+impl<T> Work<T> {
+    /// SAFETY: only while the pointee is alive (the helper is Running).
+    unsafe fn call(&self) -> T {
+        // SAFETY: the caller's promise.
+        unsafe { (*self.0)() }
+    }
+}
 
 enum State<T> {
     /// Spawned, not running yet.
@@ -60,11 +107,17 @@ pub fn with_helpers<T: Send + 'static>(
     helpers: usize,
     work: &(dyn Fn() -> T + Sync),
 ) -> Vec<Result<T, String>> {
-    // SAFETY: a helper calls `work` only after it moved its state from
-    // Waiting to Running, and `SettleAll` (on return and on unwinding) moves
-    // every state out of Waiting, or waits for Running to end, before this
-    // function returns: no call of `work` outlives the borrow.
-    let work: &'static (dyn Fn() -> T + Sync) = unsafe { std::mem::transmute(work) };
+    join_finished();
+    // SAFETY: only the lifetime changes. A helper calls `work` only after it
+    // moved its state from Waiting to Running, and `SettleAll` (on return and
+    // on unwinding) moves every state out of Waiting, or waits for Running
+    // to end, before this function returns: no call outlives the borrow.
+    let shared = unsafe {
+        std::mem::transmute::<
+            *const (dyn Fn() -> T + Sync + '_),
+            *const (dyn Fn() -> T + Sync + 'static),
+        >(work)
+    };
     let all: Vec<Arc<Helper<T>>> = (0..helpers)
         .map(|_| {
             Arc::new(Helper {
@@ -75,8 +128,9 @@ pub fn with_helpers<T: Send + 'static>(
         .collect();
     let settle_all = SettleAll(&all);
     for helper in &all {
-        let mine = Arc::clone(helper);
+        let (mine, work) = (Arc::clone(helper), Work(shared));
         let started = std::thread::Builder::new().spawn(move || {
+            let work = work;
             {
                 let mut state = mine.state();
                 if !matches!(*state, State::Waiting) {
@@ -84,13 +138,16 @@ pub fn with_helpers<T: Send + 'static>(
                 }
                 *state = State::Running;
             }
-            let result = catch_unwind(AssertUnwindSafe(work))
+            // SAFETY: Running: `with_helpers` has not returned, and will not
+            // before this state changes.
+            let result = catch_unwind(AssertUnwindSafe(|| unsafe { work.call() }))
                 .map_err(|_| "a helper thread panicked".to_string());
             *mine.state() = State::Done(result);
             mine.changed.notify_all();
         });
-        if started.is_err() {
-            *helper.state() = State::Settled;
+        match started {
+            Ok(thread) => threads().push(thread),
+            Err(_) => *helper.state() = State::Settled,
         }
     }
     let mut results = vec![Ok(work())];

@@ -115,7 +115,7 @@ impl Kernel {
     }
 }
 
-/// `nearest` of every slot with a given kernel, in `parts` parts (for
+/// `nearest` of every slot with a given kernel, on up to `parts` threads (for
 /// benches); None when this CPU cannot run it.
 pub fn nearest_with(
     kernel: Kernel,
@@ -193,8 +193,8 @@ fn best(mut found: Vec<(u32, usize)>, count: usize) -> Vec<usize> {
     found.into_iter().map(|(_, slot)| slot).collect()
 }
 
-/// One part's `count` nearest (distance, slot), on this thread, by
-/// `kernel`, or the plain scan when the CPU cannot run it: 512-bit codes
+/// Offer one chunk's codes to `kept`, on this thread, by `kernel`, or by
+/// the plain scan when the CPU cannot run it: 512-bit codes
 /// with AVX-512 or AVX2 eight or four codes at a time (AVX-512: 1.5 to 3.4
 /// times less core time than a POPCNT per word, docs/benchmarks.md, "Faces
 /// unlike the rest").
