@@ -1,40 +1,90 @@
-//! Work shared with helper threads that may start late. In the server an
-//! idle core of the VM took 0.3 ms at the median and 3 ms at the 90th
-//! percentile to run a new thread (a million people's sign scan,
-//! docs/benchmarks.md), so the caller never waits for a helper to start:
-//! the work is claimed piece by piece from a shared counter, and a helper
-//! that has not started when the caller runs out of pieces is told not to.
+//! Work shared with helper threads that may start late. In the server a
+//! thread started per scan took 0.3 ms at the median and 3 ms at the 90th
+//! percentile to run (a million people's sign scan, docs/benchmarks.md), so
+//! the helpers are kept between scans, woken by a channel, and the caller
+//! never waits for one to start: the work is claimed piece by piece from a
+//! shared counter, and a helper that has not started when the caller runs
+//! out of pieces is told not to.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Every helper thread not yet joined: one told not to start may run
-/// milliseconds later, and its code is this library's, so a gallery joins
-/// them before it goes (`join_helpers`); each call joins those finished.
-static HELPERS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+type Job = Box<dyn FnOnce() + Send + 'static>;
 
-fn threads() -> MutexGuard<'static, Vec<JoinHandle<()>>> {
-    HELPERS.lock().unwrap_or_else(|e| e.into_inner())
+/// The helper threads, kept between scans: a thread started per scan took
+/// 0.3 ms at the median and 3 ms at the 90th percentile to run in the
+/// server, a kept one woken by a channel much less (docs/benchmarks.md).
+/// Started at the first call that needs them, stopped and joined by
+/// `join_helpers` (a gallery going: its code is this library's).
+struct Pool {
+    jobs: Sender<Job>,
+    threads: Vec<JoinHandle<()>>,
 }
 
-/// Join every helper thread started so far (they end within milliseconds:
-/// none is running `work` once `with_helpers` has returned).
-pub fn join_helpers() {
-    let all = std::mem::take(&mut *threads());
-    for helper in all {
-        let _ = helper.join();
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+fn pool() -> MutexGuard<'static, Option<Pool>> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hand `job` to a helper thread (`helpers` of them kept); Err when none
+/// can be started.
+fn submit(job: Job, helpers: usize) -> Result<(), Job> {
+    let mut pool = pool();
+    if pool.as_ref().is_none_or(|p| p.threads.len() < helpers) {
+        if let Some(old) = pool.take() {
+            drop(old.jobs);
+            // Joined outside the lock would let a submit race a half-built
+            // pool; these end as soon as their queue is empty.
+            for thread in old.threads {
+                let _ = thread.join();
+            }
+        }
+        let (jobs, queue) = channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        let threads: Vec<JoinHandle<()>> = (0..helpers)
+            .filter_map(|_| {
+                let queue = Arc::clone(&queue);
+                std::thread::Builder::new()
+                    .spawn(move || serve(&queue))
+                    .ok()
+            })
+            .collect();
+        if threads.is_empty() {
+            return Err(job);
+        }
+        *pool = Some(Pool { jobs, threads });
+    }
+    match pool.as_ref().map(|p| p.jobs.send(job)) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(e.0),
+        None => Err(Box::new(|| {})),
     }
 }
 
-/// Join the helpers that have finished, keep the others.
-fn join_finished() {
-    let mut all = threads();
-    let (done, running): (Vec<_>, Vec<_>) = all.drain(..).partition(|h| h.is_finished());
-    *all = running;
-    drop(all);
-    for helper in done {
-        let _ = helper.join();
+/// A helper thread: jobs until the pool is stopped.
+fn serve(queue: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Stop the helper threads and join them (they end within milliseconds:
+/// none runs `work` once `with_helpers` has returned); the next call that
+/// needs them starts them again.
+pub fn join_helpers() {
+    let Some(old) = pool().take() else {
+        return;
+    };
+    drop(old.jobs);
+    for thread in old.threads {
+        let _ = thread.join();
     }
 }
 
@@ -98,7 +148,7 @@ impl<T> Drop for SettleAll<'_, T> {
     }
 }
 
-/// `work` on this thread and on up to `helpers` threads of their own, each
+/// `work` on this thread and on up to `helpers` helper threads, each
 /// call's result in the list (this thread's first). `work` must claim what
 /// it does from state it shares (an atomic counter of pieces), so that a
 /// call that finds nothing left returns at once: a helper that has not
@@ -107,7 +157,6 @@ pub fn with_helpers<T: Send + 'static>(
     helpers: usize,
     work: &(dyn Fn() -> T + Sync),
 ) -> Vec<Result<T, String>> {
-    join_finished();
     // SAFETY: only the lifetime changes. A helper calls `work` only after it
     // moved its state from Waiting to Running, and `SettleAll` (on return and
     // on unwinding) moves every state out of Waiting, or waits for Running
@@ -129,25 +178,27 @@ pub fn with_helpers<T: Send + 'static>(
     let settle_all = SettleAll(&all);
     for helper in &all {
         let (mine, work) = (Arc::clone(helper), Work(shared));
-        let started = std::thread::Builder::new().spawn(move || {
-            let work = work;
-            {
-                let mut state = mine.state();
-                if !matches!(*state, State::Waiting) {
-                    return;
+        let started = submit(
+            Box::new(move || {
+                let work = work;
+                {
+                    let mut state = mine.state();
+                    if !matches!(*state, State::Waiting) {
+                        return;
+                    }
+                    *state = State::Running;
                 }
-                *state = State::Running;
-            }
-            // SAFETY: Running: `with_helpers` has not returned, and will not
-            // before this state changes.
-            let result = catch_unwind(AssertUnwindSafe(|| unsafe { work.call() }))
-                .map_err(|_| "a helper thread panicked".to_string());
-            *mine.state() = State::Done(result);
-            mine.changed.notify_all();
-        });
-        match started {
-            Ok(thread) => threads().push(thread),
-            Err(_) => *helper.state() = State::Settled,
+                // SAFETY: Running: `with_helpers` has not returned, and will not
+                // before this state changes.
+                let result = catch_unwind(AssertUnwindSafe(|| unsafe { work.call() }))
+                    .map_err(|_| "a helper thread panicked".to_string());
+                *mine.state() = State::Done(result);
+                mine.changed.notify_all();
+            }),
+            helpers,
+        );
+        if started.is_err() {
+            *helper.state() = State::Settled;
         }
     }
     let mut results = vec![Ok(work())];
