@@ -39,11 +39,13 @@ use std::io::BufWriter;
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
 
 pub use usearch::ScalarKind;
 use usearch::{Index, IndexOptions, MetricKind};
 
+use super::huge_pages::Deferred;
 use super::looks::WIDER_SEARCH;
 use super::split::{self, Fine};
 use super::strays::Strays;
@@ -124,6 +126,8 @@ pub struct VectorIndex {
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
+    /// The thread moving a loaded index into huge pages (`huge_pages.rs`).
+    collapsing: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// The graph's shape: neighbours per node, breadth of an insertion.
@@ -213,11 +217,16 @@ impl Graph {
     }
 }
 
-/// The sign scan's helper threads joined before the index goes: one told
-/// not to start may still be starting, in this library's code, which an
-/// unload would take away (`share.rs`).
+/// The threads that work for the index joined before it goes: the sign
+/// scan's helpers (one told not to start may still be starting, in this
+/// library's code, which an unload would take away: `share.rs`) and the
+/// move into huge pages.
 impl Drop for VectorIndex {
     fn drop(&mut self) {
+        let collapsing = self.collapsing.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(thread) = collapsing.take() {
+            let _ = thread.join();
+        }
         super::share::join_helpers();
     }
 }
@@ -247,6 +256,7 @@ impl VectorIndex {
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
+            collapsing: Mutex::new(None),
         })
     }
 
@@ -270,6 +280,8 @@ impl VectorIndex {
                 format!("{shown} holds another kind of index"),
             ));
         }
+        // Small pages while reading, huge ones after (`huge_pages.rs`).
+        let deferred = Deferred::begin();
         let index = Index::new(&ours).map_err(|e| failed("create", e))?;
         index
             .load(path_str)
@@ -296,7 +308,9 @@ impl VectorIndex {
             }
             _ => None,
         };
-        Self::around(Graph { index, fine }, metric, dim, &ours)
+        let loaded = Self::around(Graph { index, fine }, metric, dim, &ours)?;
+        *loaded.collapsing.lock().unwrap_or_else(|e| e.into_inner()) = deferred.collapse();
+        Ok(loaded)
     }
 
     /// Write the index to `path` (searches go on; changes wait).

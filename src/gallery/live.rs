@@ -100,6 +100,7 @@ impl Live {
             .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
         progress.finish(say);
         let mut e = self.write();
+        e.reserve(rows.len());
         for row in rows.iter().filter(|r| self.index.contains(key_of(r.stamp))) {
             e.insert_stored(row.stamp, &row.name);
         }

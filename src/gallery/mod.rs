@@ -15,6 +15,7 @@ mod entries;
 mod erase;
 pub mod folder;
 mod follow;
+mod huge_pages;
 pub mod index;
 mod live;
 pub mod looks;
