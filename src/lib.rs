@@ -43,6 +43,7 @@ export! {
 
 export! {
     fn TRITONBACKEND_Finalize(_backend: BackendHandle) {
+        backend::finalize();
         Ok(())
     }
 }

@@ -45,6 +45,12 @@ pub fn initialize(backend: &BackendHandle) -> Result<()> {
     Ok(())
 }
 
+/// TRITONBACKEND_Finalize: the threads this library keeps between requests
+/// joined, as the server may unload the library next.
+pub fn finalize() {
+    crate::gallery::join_helpers();
+}
+
 /// Beside this library, then in Triton's own onnxruntime backend
 /// (`<backend-directory>/onnxruntime/`, in every NGC image). A place Triton
 /// cannot tell is left out, logged.

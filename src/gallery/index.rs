@@ -217,17 +217,14 @@ impl Graph {
     }
 }
 
-/// The threads that work for the index joined before it goes: the sign
-/// scan's helpers (one told not to start may still be starting, in this
-/// library's code, which an unload would take away: `share.rs`) and the
-/// move into huge pages.
+/// The move into huge pages joined before the index goes (an unload may
+/// take this library's code away after it).
 impl Drop for VectorIndex {
     fn drop(&mut self) {
         let collapsing = self.collapsing.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(thread) = collapsing.take() {
             let _ = thread.join();
         }
-        super::share::join_helpers();
     }
 }
 

@@ -52,6 +52,10 @@ use saved::Saved;
 pub use store::{Change, Named, Operation, Record};
 use store::{Migrated, Row, Store, Stored};
 
+/// The sign scan's helper threads stopped and joined: before the server
+/// may unload this library (the backend's finalize).
+pub use share::join_helpers;
+
 /// A re-enrollment this close to an existing embedding of the same name is
 /// the same photo again and is not stored twice.
 const DUPLICATE_DISTANCE: f32 = 0.01;

@@ -16,10 +16,12 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 /// The helper threads, kept between scans: a thread started per scan took
 /// 0.3 ms at the median and 3 ms at the 90th percentile to run in the
 /// server, a kept one woken by a channel much less (docs/benchmarks.md).
-/// Started at the first call that needs them, stopped and joined by
-/// `join_helpers` (a gallery going: its code is this library's).
+/// Started as the first calls need them, never more than the most any call
+/// asked for; stopped and joined by `join_helpers` (the backend's finalize:
+/// their code is this library's, which the server may unload after it).
 struct Pool {
     jobs: Sender<Job>,
+    queue: Arc<Mutex<Receiver<Job>>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -29,39 +31,30 @@ fn pool() -> MutexGuard<'static, Option<Pool>> {
     POOL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Hand `job` to a helper thread (`helpers` of them kept); Err when none
-/// can be started.
+/// Hand `job` to a helper thread, at least `helpers` of them kept; Err when
+/// none could be started. A job waits in the queue while every helper is
+/// busy (its caller then does the work itself).
 fn submit(job: Job, helpers: usize) -> Result<(), Job> {
-    let mut pool = pool();
-    if pool.as_ref().is_none_or(|p| p.threads.len() < helpers) {
-        if let Some(old) = pool.take() {
-            drop(old.jobs);
-            // Joined outside the lock would let a submit race a half-built
-            // pool; these end as soon as their queue is empty.
-            for thread in old.threads {
-                let _ = thread.join();
-            }
-        }
+    let mut guard = pool();
+    let pool = guard.get_or_insert_with(|| {
         let (jobs, queue) = channel::<Job>();
-        let queue = Arc::new(Mutex::new(queue));
-        let threads: Vec<JoinHandle<()>> = (0..helpers)
-            .filter_map(|_| {
-                let queue = Arc::clone(&queue);
-                std::thread::Builder::new()
-                    .spawn(move || serve(&queue))
-                    .ok()
-            })
-            .collect();
-        if threads.is_empty() {
-            return Err(job);
+        Pool {
+            jobs,
+            queue: Arc::new(Mutex::new(queue)),
+            threads: Vec::new(),
         }
-        *pool = Some(Pool { jobs, threads });
+    });
+    while pool.threads.len() < helpers {
+        let queue = Arc::clone(&pool.queue);
+        match std::thread::Builder::new().spawn(move || serve(&queue)) {
+            Ok(thread) => pool.threads.push(thread),
+            Err(_) => break,
+        }
     }
-    match pool.as_ref().map(|p| p.jobs.send(job)) {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(e.0),
-        None => Err(Box::new(|| {})),
+    if pool.threads.is_empty() {
+        return Err(job);
     }
+    pool.jobs.send(job).map_err(|e| e.0)
 }
 
 /// A helper thread: jobs until the pool is stopped.
@@ -76,7 +69,7 @@ fn serve(queue: &Mutex<Receiver<Job>>) {
 }
 
 /// Stop the helper threads and join them (they end within milliseconds:
-/// none runs `work` once `with_helpers` has returned); the next call that
+/// none runs `work` once `with_helpers` has returned); a later call that
 /// needs them starts them again.
 pub fn join_helpers() {
     let Some(old) = pool().take() else {
@@ -210,7 +203,7 @@ pub fn with_helpers<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::Duration;
 
     #[test]
@@ -236,18 +229,23 @@ mod tests {
     #[test]
     fn a_helper_that_panics_is_an_error() {
         let caller = std::thread::current().id();
+        let helper_started = AtomicBool::new(false);
         let work = || {
             if std::thread::current().id() != caller {
+                helper_started.store(true, Ordering::SeqCst);
                 panic!("a helper's work");
             }
-            // Time for the helper to start.
-            std::thread::sleep(Duration::from_millis(50));
+            // The caller returns only once the helper runs (or after 10 s,
+            // when the asserts below fail).
+            let waited = std::time::Instant::now();
+            while !helper_started.load(Ordering::SeqCst) && waited.elapsed().as_secs() < 10 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             0
         };
         let results = with_helpers(1, &work);
         assert_eq!(results[0], Ok(0));
-        if let Some(helper) = results.get(1) {
-            assert!(helper.is_err());
-        }
+        assert_eq!(results.len(), 2, "the helper never ran");
+        assert!(results[1].is_err());
     }
 }

@@ -59,8 +59,13 @@ pub fn nearest(
     } else {
         1
     };
-    let kernel = Kernel::fastest(words);
-    nearest_in_parts(codes, words, query, count, &live, parts, CHUNK, kernel)
+    let scan = Scan {
+        codes,
+        words,
+        query,
+        count,
+    };
+    scan.in_parts(&live, parts, CHUNK, Kernel::fastest(words))
 }
 
 /// How a part is scanned: `nearest` takes the fastest the CPU has
@@ -128,62 +133,60 @@ pub fn nearest_with(
     if words == 0 || query.len() != words || !kernel.runs(words) {
         return None;
     }
-    Some(nearest_in_parts(
+    let scan = Scan {
         codes,
         words,
         query,
         count,
-        &|_| true,
-        parts,
-        CHUNK,
-        kernel,
-    ))
+    };
+    Some(scan.in_parts(&|_| true, parts, CHUNK, kernel))
 }
 
-/// `nearest` on this thread and up to `parts - 1` helpers, which claim
-/// `chunk` slots at a time with it (`share.rs`: a helper slow to start
-/// leaves its chunks to this thread instead of holding it up).
-#[allow(clippy::too_many_arguments)]
-fn nearest_in_parts(
-    codes: &[u64],
+/// One scan: the `count` nearest to `query` of `codes`, `words` u64 each.
+struct Scan<'a> {
+    codes: &'a [u64],
     words: usize,
-    query: &[u64],
+    query: &'a [u64],
     count: usize,
-    live: &(impl Fn(usize) -> bool + Sync),
-    parts: usize,
-    chunk: usize,
-    kernel: Kernel,
-) -> Result<Vec<usize>, String> {
-    let slots = codes.len() / words;
-    let chunk = if parts <= 1 { slots } else { chunk }.max(1);
-    let next = AtomicUsize::new(0);
-    let scan = || {
-        let mut kept = Kept::new(count);
-        loop {
-            let first = next.fetch_add(1, Ordering::Relaxed).saturating_mul(chunk);
-            if first >= slots {
-                return kept.slots();
+}
+
+impl Scan<'_> {
+    /// On this thread and up to `parts - 1` helpers, which claim `chunk`
+    /// slots at a time with it (`share.rs`: a helper slow to start leaves
+    /// its chunks to this thread instead of holding it up).
+    fn in_parts(
+        &self,
+        live: &(impl Fn(usize) -> bool + Sync),
+        parts: usize,
+        chunk: usize,
+        kernel: Kernel,
+    ) -> Result<Vec<usize>, String> {
+        let (words, count) = (self.words, self.count);
+        let slots = self.codes.len() / words;
+        let chunk = if parts <= 1 { slots } else { chunk }.max(1);
+        let next = AtomicUsize::new(0);
+        let scan = || {
+            let mut kept = Kept::new(count);
+            loop {
+                let first = next.fetch_add(1, Ordering::Relaxed).saturating_mul(chunk);
+                if first >= slots {
+                    return kept.slots();
+                }
+                let last = (first + chunk).min(slots);
+                kept.first = first;
+                let codes = &self.codes[first * words..last * words];
+                nearest_here(&mut kept, codes, words, self.query, live, kernel);
             }
-            let last = (first + chunk).min(slots);
-            kept.first = first;
-            nearest_here(
-                &mut kept,
-                &codes[first * words..last * words],
-                words,
-                query,
-                live,
-                kernel,
-            );
+        };
+        if parts <= 1 || slots <= chunk {
+            return Ok(best(scan(), count));
         }
-    };
-    if parts <= 1 || slots <= chunk {
-        return Ok(best(scan(), count));
+        let mut found = Vec::with_capacity(count * parts);
+        for part in with_helpers(parts - 1, &scan) {
+            found.extend(part?);
+        }
+        Ok(best(found, count))
     }
-    let mut found = Vec::with_capacity(count * parts);
-    for part in with_helpers(parts - 1, &scan) {
-        found.extend(part?);
-    }
-    Ok(best(found, count))
 }
 
 /// The slots of the `count` nearest of `found`, nearest first.
@@ -541,8 +544,13 @@ mod tests {
             let plain: Vec<usize> = plain.into_iter().map(|(_, s)| s).collect();
             for kernel in Kernel::available(8) {
                 for (parts, chunk) in [(1, CHUNK), (3, CHUNK), (2, 100), (3, 7)] {
-                    let found =
-                        nearest_in_parts(&codes, 8, &query, count, &live, parts, chunk, kernel);
+                    let scan = Scan {
+                        codes: &codes,
+                        words: 8,
+                        query: &query,
+                        count,
+                    };
+                    let found = scan.in_parts(&live, parts, chunk, kernel);
                     assert_eq!(found.unwrap(), plain, "{kernel:?}, {count}, {parts} parts");
                 }
             }
@@ -573,14 +581,19 @@ mod tests {
         let one: Vec<usize> = one.into_iter().map(|(_, s)| s).collect();
         assert_eq!(one, vec![0, 332, 334, 666, 667]);
         let kernel = Kernel::fastest(1);
+        let scan = |count| Scan {
+            codes: &codes,
+            words: 1,
+            query: &query,
+            count,
+        };
         for parts in 1..=4 {
             for chunk in [1, 7, 333, 334, CHUNK] {
-                let split =
-                    nearest_in_parts(&codes, 1, &query, 5, &live, parts, chunk, kernel).unwrap();
+                let split = scan(5).in_parts(&live, parts, chunk, kernel).unwrap();
                 assert_eq!(split, one, "{parts} parts, chunks of {chunk}");
             }
         }
-        let last = nearest_in_parts(&codes, 1, &query, 7, &live, 3, 100, kernel).unwrap();
+        let last = scan(7).in_parts(&live, 3, 100, kernel).unwrap();
         assert!(last.contains(&999) && !last.contains(&998), "{last:?}");
     }
 }
