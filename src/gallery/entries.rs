@@ -190,10 +190,10 @@ impl Entries {
     }
 
     /// Room for `more` entries at once: a million grown a doubling at a
-    /// time rehashed each table twenty times over, at a gallery's load.
+    /// time rehashed the table twenty times over, at a gallery's load. (Not
+    /// the names: a person may have many entries, and the room is kept.)
     pub fn reserve(&mut self, more: usize) {
         self.by_key.reserve(more);
-        self.by_name.reserve(more);
     }
 
     pub fn insert_stored(&mut self, stamp: Stamp, name: &str) {

@@ -13,13 +13,15 @@
  * there a huge page would make each small touch cost 2 MiB. The rest of the
  * server is not affected; with THP "never" the advice does nothing.
  *
- * While an index is read from its file (triton_face_huge_pages_defer), the
- * advice waits: a huge page faulted in where the hypervisor took back the
+ * While a thread reads an index from its file (triton_face_huge_pages_defer),
+ * the advice waits: a huge page faulted in where the hypervisor took back the
  * guest's free memory (virtio-balloon free page reporting) cost 1 to 4 s
- * for the 1.4 GB of a million people, 4 KiB pages 0.6 s. After the read,
- * triton_face_huge_pages_collapse (on a thread of the gallery's own) advises
- * the regions and asks the kernel to collapse them now (MADV_COLLAPSE,
- * Linux 6.1; older kernels leave it to khugepaged).
+ * for the 1.4 GB of a million people, 4 KiB pages 0.6 s. The deferral is the
+ * reading thread's alone (other models load beside it), and its regions are
+ * tagged with its token. After the read, triton_face_huge_pages_collapse (on
+ * a thread of the index's own) advises that token's regions and asks the
+ * kernel to collapse them now (MADV_COLLAPSE, Linux 6.1; older kernels leave
+ * it to khugepaged), unless THP is "never" (MADV_COLLAPSE would ignore it).
  *
  * In C, not Rust: a Rust #[no_mangle] function would be exported by the
  * library, which exports the TRITONBACKEND_* entry points and nothing else.
@@ -28,6 +30,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 
@@ -47,12 +51,20 @@ int __real_munmap(void *addr, size_t len);
 struct region {
     uintptr_t start;
     size_t len;
+    int token;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int deferring;
+/* Signalled when the region being collapsed is done. */
+static pthread_cond_t collapsed = PTHREAD_COND_INITIALIZER;
+static int last_token;
+/* The token of the read this thread is deferring for (0: none). */
+static __thread int deferring;
 static struct region deferred[DEFERRED_MAX];
 static int deferred_count; /* written under the lock, read by munmap without */
+/* The region advised outside the lock now (len 0: none; len is read by
+ * munmap without the lock). */
+static struct region in_flight;
 
 static void set_count(int n) {
     __atomic_store_n(&deferred_count, n, __ATOMIC_RELEASE);
@@ -60,19 +72,28 @@ static void set_count(int n) {
 
 /* A failed advice changes nothing but the page size, so it is not reported,
  * and the caller sees the errno of its own call alone. */
-static void advise(void *addr, size_t len, int advice) {
+static int advise(void *addr, size_t len, int advice) {
     int kept = errno;
-    madvise(addr, len, advice);
+    int done = madvise(addr, len, advice) == 0;
     errno = kept;
+    return done;
 }
 
-/* Remembered while deferring (true), else to be advised now (false). */
+static int overlaps(struct region r, uintptr_t start, size_t len) {
+    return start < r.start + r.len && r.start < start + len;
+}
+
+/* Remembered while this thread defers (true), else to be advised now. */
 static int remember(void *addr, size_t len) {
     int kept = 0;
+    if (deferring == 0) {
+        return 0;
+    }
     pthread_mutex_lock(&lock);
-    if (deferring > 0 && deferred_count < DEFERRED_MAX) {
+    if (deferred_count < DEFERRED_MAX) {
         deferred[deferred_count].start = (uintptr_t)addr;
         deferred[deferred_count].len = len;
+        deferred[deferred_count].token = deferring;
         set_count(deferred_count + 1);
         kept = 1;
     }
@@ -81,7 +102,7 @@ static int remember(void *addr, size_t len) {
 }
 
 /* mmap, then MADV_HUGEPAGE on a large committed anonymous mapping (or
- * remembered for later while an index is read). */
+ * remembered for later while this thread reads an index). */
 __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, int prot, int flags,
                                                         int fd, off_t offset) {
     void *mapped = __real_mmap(addr, len, prot, flags, fd, offset);
@@ -92,15 +113,19 @@ __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, 
     return mapped;
 }
 
-/* munmap; a remembered region it touches is forgotten, so no advice ever
- * reaches memory mapped there later by someone else. */
+/* munmap; a remembered region it touches is forgotten, and one being
+ * collapsed is waited for, so no advice ever reaches memory mapped there
+ * later by someone else. */
 __attribute__((visibility("hidden"))) int __wrap_munmap(void *addr, size_t len) {
-    if (__atomic_load_n(&deferred_count, __ATOMIC_ACQUIRE) > 0) {
+    if (__atomic_load_n(&deferred_count, __ATOMIC_ACQUIRE) > 0 ||
+        __atomic_load_n(&in_flight.len, __ATOMIC_ACQUIRE) > 0) {
         uintptr_t start = (uintptr_t)addr;
         pthread_mutex_lock(&lock);
+        while (in_flight.len > 0 && overlaps(in_flight, start, len)) {
+            pthread_cond_wait(&collapsed, &lock);
+        }
         for (int i = 0; i < deferred_count;) {
-            struct region r = deferred[i];
-            if (start < r.start + r.len && r.start < start + len) {
+            if (overlaps(deferred[i], start, len)) {
                 set_count(deferred_count - 1);
                 deferred[i] = deferred[deferred_count];
             } else {
@@ -112,42 +137,72 @@ __attribute__((visibility("hidden"))) int __wrap_munmap(void *addr, size_t len) 
     return __real_munmap(addr, len);
 }
 
-/* Large mappings from here on wait for triton_face_huge_pages_collapse. */
-__attribute__((visibility("hidden"))) void triton_face_huge_pages_defer(void) {
+/* Large mappings this thread makes from here on wait for the collapse of
+ * the token returned. */
+__attribute__((visibility("hidden"))) int triton_face_huge_pages_defer(void) {
     pthread_mutex_lock(&lock);
-    deferring++;
+    int token = ++last_token;
     pthread_mutex_unlock(&lock);
+    deferring = token;
+    return token;
 }
 
-/* The end of a triton_face_huge_pages_defer; returns how many regions wait
- * (0 while another read still defers: its own end collapses them). */
-__attribute__((visibility("hidden"))) int triton_face_huge_pages_resume(void) {
+/* The end of this thread's deferral; returns how many of `token`'s regions
+ * wait. */
+__attribute__((visibility("hidden"))) int triton_face_huge_pages_resume(int token) {
+    deferring = 0;
+    int waiting = 0;
     pthread_mutex_lock(&lock);
-    deferring--;
-    int waiting = deferring == 0 ? deferred_count : 0;
+    for (int i = 0; i < deferred_count; i++) {
+        waiting += deferred[i].token == token;
+    }
     pthread_mutex_unlock(&lock);
     return waiting;
 }
 
-/* The waiting regions advised and collapsed into huge pages, one at a time
- * and outside the lock (a collapse takes seconds, and every munmap of this
- * library would wait for it). A region unmapped meanwhile makes its advice
- * fail; mapped again by another, the advice changes only its page size.
+/* Whether the system's THP mode is "never" (then no collapse). */
+static int thp_never(void) {
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    int read = fgets(mode, sizeof mode, f) != NULL;
+    fclose(f);
+    return read && strstr(mode, "[never]") != NULL;
+}
+
+/* `token`'s regions advised and, with `now`, collapsed into huge pages,
+ * one at a time outside the lock (a collapse takes seconds, and every
+ * munmap of this library would wait for it; one of that region waits).
  * Returns how many regions were collapsed whole. */
-__attribute__((visibility("hidden"))) int triton_face_huge_pages_collapse(void) {
+__attribute__((visibility("hidden"))) int triton_face_huge_pages_collapse(int token, int now) {
     int whole = 0;
+    now = now && !thp_never();
     for (;;) {
         pthread_mutex_lock(&lock);
-        if (deferring > 0 || deferred_count == 0) {
+        int i = 0;
+        while (i < deferred_count && deferred[i].token != token) {
+            i++;
+        }
+        if (i == deferred_count) {
             pthread_mutex_unlock(&lock);
             return whole;
         }
+        struct region r = deferred[i];
+        /* In flight before it leaves the list: an munmap that reads the
+         * count without the lock then sees one or the other. */
+        in_flight.start = r.start;
+        in_flight.token = r.token;
+        __atomic_store_n(&in_flight.len, r.len, __ATOMIC_RELEASE);
         set_count(deferred_count - 1);
-        struct region r = deferred[deferred_count];
+        deferred[i] = deferred[deferred_count];
         pthread_mutex_unlock(&lock);
         advise((void *)r.start, r.len, MADV_HUGEPAGE);
-        int kept = errno;
-        whole += madvise((void *)r.start, r.len, MADV_COLLAPSE) == 0;
-        errno = kept;
+        whole += now && advise((void *)r.start, r.len, MADV_COLLAPSE);
+        pthread_mutex_lock(&lock);
+        __atomic_store_n(&in_flight.len, 0, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&collapsed);
+        pthread_mutex_unlock(&lock);
     }
 }

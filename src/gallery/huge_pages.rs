@@ -8,36 +8,42 @@ use std::os::raw::c_int;
 use std::thread::{self, JoinHandle};
 
 extern "C" {
-    fn triton_face_huge_pages_defer();
-    fn triton_face_huge_pages_resume() -> c_int;
-    fn triton_face_huge_pages_collapse() -> c_int;
+    fn triton_face_huge_pages_defer() -> c_int;
+    fn triton_face_huge_pages_resume(token: c_int) -> c_int;
+    fn triton_face_huge_pages_collapse(token: c_int, now: c_int) -> c_int;
 }
 
-/// While it lives, the library's large new mappings keep small pages.
+/// While it lives, the large mappings this thread makes keep small pages.
 pub struct Deferred {
+    token: c_int,
     ended: bool,
 }
 
 impl Deferred {
     pub fn begin() -> Self {
-        // SAFETY: a counter under a mutex in huge_pages.c.
-        unsafe { triton_face_huge_pages_defer() };
-        Deferred { ended: false }
+        // SAFETY: a counter under a mutex and a thread-local in huge_pages.c.
+        let token = unsafe { triton_face_huge_pages_defer() };
+        Deferred {
+            token,
+            ended: false,
+        }
     }
 
-    /// The deferral ended: what was mapped meanwhile is moved into huge
-    /// pages on a thread, returned to be joined before the memory's owner
-    /// (and this library's code) goes; here when no thread could start.
+    /// The deferral ended: what this thread mapped meanwhile is moved into
+    /// huge pages on a thread, returned to be joined before the memory's
+    /// owner (and this library's code) goes; here when no thread could
+    /// start.
     pub fn collapse(mut self) -> Option<JoinHandle<()>> {
         self.ended = true;
+        let token = self.token;
         // SAFETY: as in `begin`.
-        if unsafe { triton_face_huge_pages_resume() } == 0 {
+        if unsafe { triton_face_huge_pages_resume(token) } == 0 {
             return None;
         }
-        let collapse = || {
+        let collapse = move || {
             // SAFETY: advice to the kernel over regions huge_pages.c
             // recorded and forgets when unmapped; it changes no content.
-            unsafe { triton_face_huge_pages_collapse() };
+            unsafe { triton_face_huge_pages_collapse(token, 1) };
         };
         match thread::Builder::new()
             .name("face-huge-pages".into())
@@ -52,13 +58,16 @@ impl Deferred {
     }
 }
 
-/// A read that failed ends its deferral too (its regions wait for the next
-/// collapse, or are forgotten when unmapped).
+/// A read that failed ends its deferral too: what it left mapped is advised
+/// (khugepaged may move it), not collapsed.
 impl Drop for Deferred {
     fn drop(&mut self) {
         if !self.ended {
-            // SAFETY: as in `begin`.
-            unsafe { triton_face_huge_pages_resume() };
+            // SAFETY: as in `begin` and `collapse`.
+            unsafe {
+                triton_face_huge_pages_resume(self.token);
+                triton_face_huge_pages_collapse(self.token, 0);
+            }
         }
     }
 }

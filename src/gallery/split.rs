@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::sync::Mutex;
 
 use super::signs;
 
@@ -94,6 +95,13 @@ fn from_byte_per_value(r: u8) -> i8 {
         .clamp(-7.0, 7.0) as i8
 }
 
+/// `Fine::make_signs` shares its work in parts of at least this many keys
+/// (a small gallery on a host of many cores starts few threads).
+const SIGNS_PART: usize = 1 << 14;
+/// A part of `make_signs`: its keys and their sign bits, until a thread
+/// takes it.
+type SignsPart<'a> = Mutex<Option<(&'a [u64], &'a mut [u64])>>;
+
 /// The fine bytes of every vector, by key, in one block (slots of removed
 /// keys are reused); beside them, in the same slots, its sign bits
 /// (`signs.rs`: the second look's scan).
@@ -158,28 +166,39 @@ impl Fine {
 
     /// Make every key's sign bits from its coarse bytes, which `coarse_of`
     /// writes (false: the key has none, its bits stay 0). After `read_from`;
-    /// on every core (a million people: 0.6 s of a load on one).
+    /// on every core (a million people: 0.6 s of a load on one), in parts
+    /// of at least SIGNS_PART keys, each made by whichever thread takes it
+    /// first (this one takes what no thread could be started for).
     pub fn make_signs(&mut self, coarse_of: impl Fn(u64, &mut [i8]) -> bool + Sync) {
         let (dim, words) = (self.dim, signs::words(self.dim));
         self.signs.resize(self.key_of.len() * words, 0);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per = self.key_of.len().div_ceil(cores).max(1);
-        let coarse_of = &coarse_of;
-        std::thread::scope(|scope| {
-            let parts = self
-                .key_of
-                .chunks(per)
-                .zip(self.signs.chunks_mut(per * words));
-            for (keys, bits) in parts {
-                scope.spawn(move || {
-                    let mut coarse = vec![0i8; dim];
-                    for (&key, bits) in keys.iter().zip(bits.chunks_mut(words)) {
-                        if key != FREE && coarse_of(key, &mut coarse) {
-                            signs::pack(&coarse, bits);
-                        }
-                    }
-                });
+        let per = self.key_of.len().div_ceil(cores).max(SIGNS_PART);
+        let parts: Vec<SignsPart> = self
+            .key_of
+            .chunks(per)
+            .zip(self.signs.chunks_mut(per * words))
+            .map(|part| Mutex::new(Some(part)))
+            .collect();
+        let make = |part: &SignsPart| {
+            let taken = part.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let Some((keys, bits)) = taken else {
+                return;
+            };
+            let mut coarse = vec![0i8; dim];
+            for (&key, bits) in keys.iter().zip(bits.chunks_mut(words)) {
+                if key != FREE && coarse_of(key, &mut coarse) {
+                    signs::pack(&coarse, bits);
+                }
             }
+        };
+        let make = &make;
+        std::thread::scope(|scope| {
+            for part in parts.iter().skip(1) {
+                let helper = std::thread::Builder::new().name("face-signs".into());
+                let _ = helper.spawn_scoped(scope, move || make(part));
+            }
+            parts.iter().for_each(make);
         });
     }
 
@@ -316,6 +335,38 @@ fn halve(bytes: &[u8], dim: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signs_made_in_parts_are_each_keys_own() {
+        let (dim, n) = (70, 3 * SIGNS_PART + 5);
+        let coarse_of = |key: u64, out: &mut [i8]| {
+            for (i, c) in out.iter_mut().enumerate() {
+                *c = if (key as usize * 31 + i * 7) % 5 < 2 {
+                    -3
+                } else {
+                    4
+                };
+            }
+            key % 1000 != 17 // some keys have none
+        };
+        let mut fine = Fine::new(dim);
+        let mut coarse = vec![0i8; dim];
+        for key in 0..n as u64 {
+            coarse_of(key, &mut coarse);
+            fine.put(key * 3, &coarse, &vec![0u8; fine_len(dim)]);
+        }
+        let made = |fine: &mut Fine| {
+            fine.make_signs(|key, out| coarse_of(key / 3, out));
+            fine.signs.clone()
+        };
+        let mut expected = fine.signs.clone();
+        let words = signs::words(dim);
+        for key in (0..n).filter(|k| k % 1000 == 17) {
+            expected[key * words..(key + 1) * words].fill(0);
+        }
+        fine.signs.clear();
+        assert_eq!(made(&mut fine), expected);
+    }
 
     fn unit(seed: u32, dim: usize) -> Vec<f32> {
         let v: Vec<f32> = (0..dim)
