@@ -39,7 +39,7 @@ use std::io::BufWriter;
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
 pub use usearch::ScalarKind;
@@ -127,7 +127,7 @@ pub struct VectorIndex {
     dim: usize,
     exact_up_to: usize,
     /// The thread moving a loaded index into huge pages (`huge_pages.rs`).
-    collapsing: Mutex<Option<JoinHandle<()>>>,
+    collapsing: Option<JoinHandle<()>>,
 }
 
 /// The graph's shape: neighbours per node, breadth of an insertion.
@@ -221,8 +221,7 @@ impl Graph {
 /// take this library's code away after it).
 impl Drop for VectorIndex {
     fn drop(&mut self) {
-        let collapsing = self.collapsing.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(thread) = collapsing.take() {
+        if let Some(thread) = self.collapsing.take() {
             let _ = thread.join();
         }
     }
@@ -253,7 +252,7 @@ impl VectorIndex {
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
-            collapsing: Mutex::new(None),
+            collapsing: None,
         })
     }
 
@@ -300,13 +299,14 @@ impl VectorIndex {
                     ));
                 }
                 let mut fine = fine;
-                fine.make_signs(|key, coarse| matches!(index.get(key, coarse), Ok(1)));
+                fine.make_signs(|key, coarse| matches!(index.get(key, coarse), Ok(1)))
+                    .map_err(|e| failed("load", format!("{shown}: sign bits: {e}")))?;
                 Some(fine)
             }
             _ => None,
         };
-        let loaded = Self::around(Graph { index, fine }, metric, dim, &ours)?;
-        *loaded.collapsing.lock().unwrap_or_else(|e| e.into_inner()) = deferred.collapse();
+        let mut loaded = Self::around(Graph { index, fine }, metric, dim, &ours)?;
+        loaded.collapsing = deferred.collapse();
         Ok(loaded)
     }
 

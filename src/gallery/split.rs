@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
+use super::share::with_helpers;
 use super::signs;
 
 const STEP: f32 = 127.0;
@@ -168,8 +169,11 @@ impl Fine {
     /// writes (false: the key has none, its bits stay 0). After `read_from`;
     /// on every core (a million people: 0.6 s of a load on one), in parts
     /// of at least SIGNS_PART keys, each made by whichever thread takes it
-    /// first (this one takes what no thread could be started for).
-    pub fn make_signs(&mut self, coarse_of: impl Fn(u64, &mut [i8]) -> bool + Sync) {
+    /// first (`share.rs`: this one takes what no helper started for).
+    pub fn make_signs(
+        &mut self,
+        coarse_of: impl Fn(u64, &mut [i8]) -> bool + Sync,
+    ) -> Result<(), String> {
         let (dim, words) = (self.dim, signs::words(self.dim));
         self.signs.resize(self.key_of.len() * words, 0);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -192,14 +196,10 @@ impl Fine {
                 }
             }
         };
-        let make = &make;
-        std::thread::scope(|scope| {
-            for part in parts.iter().skip(1) {
-                let helper = std::thread::Builder::new().name("face-signs".into());
-                let _ = helper.spawn_scoped(scope, move || make(part));
-            }
-            parts.iter().for_each(make);
-        });
+        let work = || parts.iter().for_each(make);
+        with_helpers(parts.len().saturating_sub(1), &work)
+            .into_iter()
+            .collect()
     }
 
     /// The keys of the `count` vectors whose signs are nearest to those of
@@ -356,7 +356,7 @@ mod tests {
             fine.put(key * 3, &coarse, &vec![0u8; fine_len(dim)]);
         }
         let made = |fine: &mut Fine| {
-            fine.make_signs(|key, out| coarse_of(key / 3, out));
+            fine.make_signs(|key, out| coarse_of(key / 3, out)).unwrap();
             fine.signs.clone()
         };
         let mut expected = fine.signs.clone();
@@ -445,7 +445,8 @@ mod tests {
                 &[-1, -1, -1]
             });
             true
-        });
+        })
+        .unwrap();
         assert_eq!(back.nearest_by_signs(&[1, -1, 1], 1).unwrap(), vec![12]);
         assert!(Fine::read_from(&mut file, 4).is_err(), "another length");
         let mut cut = io::Cursor::new(file.get_ref()[..file.get_ref().len() - 1].to_vec());
