@@ -7,6 +7,11 @@
 //! MB on the Xeon we measure on), where a server's scan reads from memory:
 //! this is the kernels' cost, not the scan's in a server.
 //!
+//! Group "sign_scan from memory": the fastest kernel over copies of the
+//! million larger together than any L3 (each scan reads the next copy), as
+//! a server's scan reads them, the cache asked `AHEAD` bytes ahead of the
+//! reads (shipped) or not, on one core and on all (up to 4).
+//!
 //! Beside them, the library we would otherwise use: SimSIMD's Hamming
 //! distance (the kernels behind usearch), called once per person with the
 //! same keep-the-nearest loop.
@@ -20,11 +25,15 @@ use std::collections::BinaryHeap;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use simsimd::BinarySimilarity;
-use triton_face::gallery::signs::{nearest_with, Kernel};
+use std::cell::Cell;
+
+use triton_face::gallery::signs::{nearest_with, Kernel, AHEAD};
 
 const PEOPLE: usize = 1_000_000;
 const WORDS: usize = 8;
 const NEAREST: usize = 256;
+/// Copies of the million for the scans from memory: 384 MB.
+const COPIES: usize = 6;
 
 fn random_codes(into: &mut [u64]) {
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
@@ -84,7 +93,7 @@ fn bench_sign_scan(c: &mut Criterion) {
     runs.push(("before", "POPCNT per word".into(), Kernel::Popcnt, cores));
     for (name, param, kernel, parts) in runs {
         group.bench_function(BenchmarkId::new(name, param), |b| {
-            b.iter(|| nearest_with(kernel, &codes, WORDS, &query, NEAREST, parts))
+            b.iter(|| nearest_with(kernel, &codes, WORDS, &query, NEAREST, parts, AHEAD))
         });
     }
     group.bench_function(BenchmarkId::new("one core", "simsimd"), |b| {
@@ -93,5 +102,34 @@ fn bench_sign_scan(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_sign_scan);
+fn bench_from_memory(c: &mut Criterion) {
+    let mut codes = vec![0u64; COPIES * PEOPLE * WORDS];
+    random_codes(&mut codes);
+    let copies: Vec<&[u64]> = codes.chunks_exact(PEOPLE * WORDS).collect();
+    let query: Vec<u64> = codes[..WORDS].iter().map(|w| w.rotate_left(7)).collect();
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    let fastest = *Kernel::available(WORDS)
+        .last()
+        .expect("Plain is always there");
+    let next = Cell::new(0usize);
+    let mut group = c.benchmark_group("sign_scan from memory");
+    group.sample_size(30);
+    for parts in [1, cores] {
+        for (asked, ahead) in [("asked ahead", AHEAD), ("not asked", 0)] {
+            let id = BenchmarkId::new(format!("{parts} cores, {fastest:?}"), asked);
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    let copy = copies[next.get() % COPIES];
+                    next.set(next.get() + 1);
+                    nearest_with(fastest, copy, WORDS, &query, NEAREST, parts, ahead)
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_sign_scan, bench_from_memory);
 criterion_main!(benches);

@@ -38,6 +38,11 @@ const MAX_PARTS: usize = 4;
 /// Slots a thread claims at a time in a scan shared between threads: 2 MB
 /// of 512-bit codes, 0.1 to 0.4 ms.
 const CHUNK: usize = 1 << 15;
+/// Bytes ahead of the SIMD kernels' reads that they ask the cache for. In a
+/// server the codes come from memory, and the CPU's own prefetcher stops at
+/// every 4 KiB: asked ahead, a scan of a million from memory took ~25% less
+/// (`benches/sign_scan.rs`, "from memory"; docs/benchmarks.md).
+pub const AHEAD: usize = 4096;
 
 /// The slots of the `count` codes nearest to `query` by Hamming distance,
 /// nearest first (`codes`: `words` u64 per slot; slots where `live` is
@@ -64,6 +69,7 @@ pub fn nearest(
         words,
         query,
         count,
+        ahead: AHEAD,
     };
     scan.in_parts(&live, parts, CHUNK, Kernel::fastest(words))
 }
@@ -120,8 +126,9 @@ impl Kernel {
     }
 }
 
-/// `nearest` of every slot with a given kernel, on up to `parts` threads (for
-/// benches); None when this CPU cannot run it.
+/// `nearest` of every slot with a given kernel, on up to `parts` threads,
+/// asking the cache for the bytes `ahead` of its reads (SIMD kernels; 0:
+/// not asked), for benches; None when this CPU cannot run the kernel.
 pub fn nearest_with(
     kernel: Kernel,
     codes: &[u64],
@@ -129,6 +136,7 @@ pub fn nearest_with(
     query: &[u64],
     count: usize,
     parts: usize,
+    ahead: usize,
 ) -> Option<Result<Vec<usize>, String>> {
     if words == 0 || query.len() != words || !kernel.runs(words) {
         return None;
@@ -138,16 +146,19 @@ pub fn nearest_with(
         words,
         query,
         count,
+        ahead,
     };
     Some(scan.in_parts(&|_| true, parts, CHUNK, kernel))
 }
 
-/// One scan: the `count` nearest to `query` of `codes`, `words` u64 each.
+/// One scan: the `count` nearest to `query` of `codes`, `words` u64 each;
+/// `ahead`: as `AHEAD`.
 struct Scan<'a> {
     codes: &'a [u64],
     words: usize,
     query: &'a [u64],
     count: usize,
+    ahead: usize,
 }
 
 impl Scan<'_> {
@@ -175,7 +186,7 @@ impl Scan<'_> {
                 let last = (first + chunk).min(slots);
                 kept.first = first;
                 let codes = &self.codes[first * words..last * words];
-                nearest_here(&mut kept, codes, words, self.query, live, kernel);
+                nearest_here(&mut kept, codes, self, live, kernel);
             }
         };
         if parts <= 1 || slots <= chunk {
@@ -204,11 +215,11 @@ fn best(mut found: Vec<(u32, usize)>, count: usize) -> Vec<usize> {
 fn nearest_here(
     kept: &mut Kept,
     codes: &[u64],
-    words: usize,
-    query: &[u64],
+    of: &Scan,
     live: &impl Fn(usize) -> bool,
     kernel: Kernel,
 ) {
+    let (words, query, ahead) = (of.words, of.query, of.ahead);
     #[cfg(target_arch = "x86_64")]
     if kernel.runs(words) {
         let wide = <&[u64; 8]>::try_from(query);
@@ -216,11 +227,11 @@ fn nearest_here(
             (Kernel::Avx512, Ok(q)) => {
                 // SAFETY: the kernel is available (checked just above): the
                 // CPU has the features it is compiled for.
-                return unsafe { x86::nearest_512_avx512(kept, codes, q, live) };
+                return unsafe { x86::nearest_512_avx512(kept, codes, q, ahead, live) };
             }
             (Kernel::Avx2, Ok(q)) => {
                 // SAFETY: as above.
-                return unsafe { x86::nearest_512_avx2(kept, codes, q, live) };
+                return unsafe { x86::nearest_512_avx2(kept, codes, q, ahead, live) };
             }
             (Kernel::Plain, _) => {}
             // SAFETY: as above (every kernel but Plain needs POPCNT).
@@ -228,7 +239,7 @@ fn nearest_here(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = kernel; // only the plain scan there
+    let _ = (kernel, ahead); // only the plain scan there
     scan(kept, codes, words, query, live)
 }
 
@@ -281,17 +292,19 @@ mod x86 {
         kept: &mut Kept,
         codes: &[u64],
         query: &[u64; WORDS],
+        ahead: usize,
         live: &impl Fn(usize) -> bool,
     ) {
         // SAFETY: every load and store is of whole codes inside `codes`
         // (blocks * WORDS * BLOCK <= codes.len()), of `query` (WORDS words)
-        // or of a local array of the register's size.
+        // or of a local array of the register's size; `ask` reads nothing.
         unsafe {
             const BLOCK: usize = 8;
             let q = _mm512_loadu_si512(query.as_ptr().cast());
             let blocks = codes.len() / (WORDS * BLOCK);
             for b in 0..blocks {
                 let at = codes.as_ptr().add(b * WORDS * BLOCK);
+                ask(at, ahead, BLOCK);
                 let mut v = [_mm512_setzero_si512(); BLOCK];
                 for (k, v) in v.iter_mut().enumerate() {
                     let code = _mm512_loadu_si512(at.add(k * WORDS).cast());
@@ -333,11 +346,12 @@ mod x86 {
         kept: &mut Kept,
         codes: &[u64],
         query: &[u64; WORDS],
+        ahead: usize,
         live: &impl Fn(usize) -> bool,
     ) {
         // SAFETY: every load and store is of whole codes inside `codes`
         // (blocks * WORDS * BLOCK <= codes.len()), of `query` (WORDS words)
-        // or of a local array of the register's size.
+        // or of a local array of the register's size; `ask` reads nothing.
         unsafe {
             const BLOCK: usize = 4;
             #[rustfmt::skip]
@@ -357,6 +371,7 @@ mod x86 {
             let blocks = codes.len() / (WORDS * BLOCK);
             for b in 0..blocks {
                 let at = codes.as_ptr().add(b * WORDS * BLOCK);
+                ask(at, ahead, BLOCK);
                 let mut s = [_mm256_setzero_si256(); BLOCK];
                 for (k, s) in s.iter_mut().enumerate() {
                     let x0 = _mm256_xor_si256(_mm256_loadu_si256(at.add(k * WORDS).cast()), q0);
@@ -383,6 +398,22 @@ mod x86 {
                 }
             }
             rest(kept, codes, query, blocks * BLOCK, live)
+        }
+    }
+
+    /// Ask the cache for the `codes` codes (of 64 bytes) `ahead` bytes past
+    /// `at` (none when `ahead` is 0). A prefetch reads nothing and cannot
+    /// fault, so past the end of the codes it is only wasted.
+    #[inline(always)]
+    fn ask(at: *const u64, ahead: usize, codes: usize) {
+        if ahead == 0 {
+            return;
+        }
+        let from = at.cast::<i8>().wrapping_add(ahead);
+        for k in 0..codes {
+            // SAFETY: PREFETCHT0 is SSE (in every x86_64); it dereferences
+            // nothing.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(from.wrapping_add(k * WORDS * 8)) };
         }
     }
 
@@ -543,12 +574,20 @@ mod tests {
             }
             let plain: Vec<usize> = plain.into_iter().map(|(_, s)| s).collect();
             for kernel in Kernel::available(8) {
-                for (parts, chunk) in [(1, CHUNK), (3, CHUNK), (2, 100), (3, 7)] {
+                // Asked ahead or not, past the end too: the same.
+                let ways = [
+                    (1, CHUNK, AHEAD),
+                    (3, CHUNK, 0),
+                    (2, 100, 64),
+                    (3, 7, AHEAD),
+                ];
+                for (parts, chunk, ahead) in ways {
                     let scan = Scan {
                         codes: &codes,
                         words: 8,
                         query: &query,
                         count,
+                        ahead,
                     };
                     let found = scan.in_parts(&live, parts, chunk, kernel);
                     assert_eq!(found.unwrap(), plain, "{kernel:?}, {count}, {parts} parts");
@@ -586,6 +625,7 @@ mod tests {
             words: 1,
             query: &query,
             count,
+            ahead: AHEAD,
         };
         for parts in 1..=4 {
             for chunk in [1, 7, 333, 334, CHUNK] {
