@@ -5,12 +5,9 @@
 //! to 4 cores, `src/gallery/share.rs`) and the earlier kernel (POPCNT per
 //! word) shared the same way. The million fits in the L3 of some CPUs (260
 //! MB on the Xeon we measure on), where a server's scan reads from memory:
-//! this is the kernels' cost, not the scan's in a server.
-//!
-//! Group "sign_scan from memory": the fastest kernel over copies of the
-//! million larger together than any L3 (each scan reads the next copy), as
-//! a server's scan reads them, the cache asked `AHEAD` bytes ahead of the
-//! reads (shipped) or not, on one core and on all (up to 4).
+//! this is the kernels' cost, not the scan's in a server. The SIMD kernels
+//! ask the cache `AHEAD` bytes ahead, as shipped (since 2026-11-28; the
+//! table of 2026-11-27 in docs/benchmarks.md was measured without).
 //!
 //! Beside them, the library we would otherwise use: SimSIMD's Hamming
 //! distance (the kernels behind usearch), called once per person with the
@@ -20,6 +17,12 @@
 //! `shipped/fastest`, `before/POPCNT per word`. Random codes: the scan's
 //! cost does not depend on what they hold (a code beats the 256th nearest
 //! rarely either way).
+//!
+//! Group "sign_scan from memory": the fastest kernel over six copies of the
+//! million, 384 MB, more than this Xeon's 260 MB L3 (each scan reads the
+//! next copy), as a server's scan reads them from memory; the cache asked
+//! `AHEAD` bytes ahead of the reads (shipped) or not, on one core and on all
+//! (up to 4).
 
 use std::collections::BinaryHeap;
 

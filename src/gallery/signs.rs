@@ -40,8 +40,9 @@ const MAX_PARTS: usize = 4;
 const CHUNK: usize = 1 << 15;
 /// Bytes ahead of the SIMD kernels' reads that they ask the cache for. In a
 /// server the codes come from memory, and the CPU's own prefetcher stops at
-/// every 4 KiB: asked ahead, a scan of a million from memory took ~25% less
-/// (`benches/sign_scan.rs`, "from memory"; docs/benchmarks.md).
+/// every 4 KiB: asked ahead, a scan of a million from memory took 3.05
+/// against 3.69 ms on 2 cores (`benches/sign_scan.rs`, "from memory";
+/// docs/benchmarks.md).
 pub const AHEAD: usize = 4096;
 
 /// The slots of the `count` codes nearest to `query` by Hamming distance,
