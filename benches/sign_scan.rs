@@ -75,16 +75,23 @@ fn simsimd_nearest(codes: &[u64], query: &[u64]) -> Vec<usize> {
     kept.into_iter().map(|(_, slot)| slot).collect()
 }
 
-fn bench_sign_scan(c: &mut Criterion) {
-    let mut codes = vec![0u64; PEOPLE * WORDS];
-    random_codes(&mut codes);
-    let query: Vec<u64> = codes[..WORDS].iter().map(|w| w.rotate_left(7)).collect();
+/// `codes` made random; a query near the first, the cores the shipped scan
+/// shares (up to 4) and the fastest kernel here.
+fn random_scan(codes: &mut [u64]) -> (Vec<u64>, usize, Kernel) {
+    random_codes(codes);
+    let query = codes[..WORDS].iter().map(|w| w.rotate_left(7)).collect();
     let cores = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4);
     let fastest = *Kernel::available(WORDS)
         .last()
         .expect("Plain is always there");
+    (query, cores, fastest)
+}
+
+fn bench_sign_scan(c: &mut Criterion) {
+    let mut codes = vec![0u64; PEOPLE * WORDS];
+    let (query, cores, fastest) = random_scan(&mut codes);
 
     let mut group = c.benchmark_group("sign_scan");
     group.sample_size(20);
@@ -107,15 +114,8 @@ fn bench_sign_scan(c: &mut Criterion) {
 
 fn bench_from_memory(c: &mut Criterion) {
     let mut codes = vec![0u64; COPIES * PEOPLE * WORDS];
-    random_codes(&mut codes);
+    let (query, cores, fastest) = random_scan(&mut codes);
     let copies: Vec<&[u64]> = codes.chunks_exact(PEOPLE * WORDS).collect();
-    let query: Vec<u64> = codes[..WORDS].iter().map(|w| w.rotate_left(7)).collect();
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
-    let fastest = *Kernel::available(WORDS)
-        .last()
-        .expect("Plain is always there");
     let next = Cell::new(0usize);
     let mut group = c.benchmark_group("sign_scan from memory");
     group.sample_size(30);
