@@ -10,8 +10,13 @@
 //! The vectors live in the index (`super::index`), not here: an entry is a
 //! name and an origin, about 100 bytes with its share of the maps.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use smallvec::SmallVec;
+
+use super::share::each;
 
 use super::store::{Changes, Stamp};
 
@@ -20,7 +25,8 @@ use super::store::{Changes, Stamp};
 pub(super) const FOLDER_KEYS: u64 = 1 << 62;
 
 pub(super) struct Entry {
-    pub name: String,
+    /// Shared with `by_name`'s key: one allocation per person.
+    pub name: Arc<str>,
     pub origin: Origin,
 }
 
@@ -65,12 +71,15 @@ pub(super) enum Verdict {
     Full,
 }
 
+/// A person's keys: most have one or two, kept inline.
+type Keys = SmallVec<[u64; 2]>;
+
 #[derive(Default)]
 pub(super) struct Entries {
     by_key: HashMap<u64, Entry>,
     /// Keys per name: ENROLL's duplicate check and FORGET touch only their
     /// name's entries, so their cost does not grow with the gallery.
-    by_name: HashMap<String, Vec<u64>>,
+    by_name: HashMap<Arc<str>, Keys>,
     next_folder_key: u64,
     /// Followed stores: name -> the highest removal bound applied (every
     /// enrollment below it is gone), until the follower has caught up past it.
@@ -100,12 +109,12 @@ impl Entries {
 
     /// The keys of `name`'s entries.
     pub fn keys_of(&self, name: &str) -> &[u64] {
-        self.by_name.get(name).map_or(&[], Vec::as_slice)
+        self.by_name.get(name).map_or(&[], |k| k.as_slice())
     }
 
     /// Every name with the keys of its entries.
     pub fn names(&self) -> impl Iterator<Item = (&str, &[u64])> {
-        self.by_name.iter().map(|(n, k)| (n.as_str(), k.as_slice()))
+        self.by_name.iter().map(|(n, k)| (&**n, k.as_slice()))
     }
 
     pub fn has_enrolled(&self, name: &str) -> bool {
@@ -135,7 +144,7 @@ impl Entries {
             if let Some(keys) = self.by_name.get_mut(&entry.name) {
                 keys.retain(|k| *k != key);
                 if keys.is_empty() {
-                    self.by_name.remove(&entry.name);
+                    self.by_name.remove(&*entry.name);
                 }
             }
             gone.push(key);
@@ -189,15 +198,29 @@ impl Entries {
         }
     }
 
-    /// Room for `more` entries at once: a million grown a doubling at a
-    /// time rehashed the table twenty times over, at a gallery's load. (Not
-    /// the names: a person may have many entries, and the room is kept.)
-    pub fn reserve(&mut self, more: usize) {
-        self.by_key.reserve(more);
-    }
-
     pub fn insert_stored(&mut self, stamp: Stamp, name: &str) {
         self.insert(key_of(stamp), name, Origin::Store(stamp));
+    }
+
+    /// A load's stored rows (distinct ids, as a store lists them) into
+    /// empty tables: the two maps built at once, one on a helper thread,
+    /// each sized once (a million rows: 0.9 s one row at a time on one core;
+    /// docs/benchmarks.md, "Gallery at scale"). A name read on several rows
+    /// is held once per row; the table of names keeps the first.
+    pub fn fill_stored(&mut self, rows: Vec<(Stamp, String)>) -> Result<(), String> {
+        if !self.by_key.is_empty() {
+            for (stamp, name) in rows {
+                self.insert_stored(stamp, &name);
+            }
+            return Ok(());
+        }
+        let named: Vec<(Stamp, Arc<str>)> = rows.into_iter().map(|(s, n)| (s, n.into())).collect();
+        let (by_key, by_name) = (&mut self.by_key, &mut self.by_name);
+        each(vec![
+            Box::new(|| *by_key = keyed(&named)),
+            Box::new(|| *by_name = by_names(&named)),
+        ])?;
+        Ok(())
     }
 
     /// This server's FORGET, just committed at `change`: the keys it removed.
@@ -243,13 +266,15 @@ impl Entries {
     }
 
     fn insert(&mut self, key: u64, name: &str, origin: Origin) {
-        let entry = Entry {
-            name: name.to_string(),
-            origin,
-        };
-        if self.by_key.insert(key, entry).is_none() {
-            self.by_name.entry(name.to_string()).or_default().push(key);
+        if self.by_key.contains_key(&key) {
+            return;
         }
+        let name = match self.by_name.get_key_value(name) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::from(name),
+        };
+        self.by_name.entry(name.clone()).or_default().push(key);
+        self.by_key.insert(key, Entry { name, origin });
     }
 
     /// Remove `name`'s enrollments older than change `before`: their keys.
@@ -279,4 +304,31 @@ impl Entries {
             *t = (*t).max(change);
         }
     }
+}
+
+/// The entries of a load's stored rows, each key once.
+fn keyed(named: &[(Stamp, Arc<str>)]) -> HashMap<u64, Entry> {
+    let mut by_key = HashMap::with_capacity_and_hasher(named.len(), Default::default());
+    for (stamp, name) in named {
+        let (name, origin) = (name.clone(), Origin::Store(*stamp));
+        by_key.insert(key_of(*stamp), Entry { name, origin });
+    }
+    by_key
+}
+
+/// The keys of each name on a load's stored rows.
+fn by_names(named: &[(Stamp, Arc<str>)]) -> HashMap<Arc<str>, Keys> {
+    let mut by_name =
+        HashMap::<Arc<str>, Keys>::with_capacity_and_hasher(named.len(), Default::default());
+    for (stamp, name) in named {
+        by_name
+            .entry(name.clone())
+            .or_default()
+            .push(key_of(*stamp));
+    }
+    // Many entries per person: the room for one each goes.
+    if by_name.len() < by_name.capacity() / 4 {
+        by_name.shrink_to_fit();
+    }
+    by_name
 }

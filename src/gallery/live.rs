@@ -15,7 +15,7 @@ use super::entries::{key_of, Applied, Entries, Entry, Verdict};
 use super::index::VectorIndex;
 use super::looks::Breadth;
 use super::progress::Progress;
-use super::store::{Changes, Row, Stored};
+use super::store::{Changes, Row, Stamp, Stored};
 use crate::error::Result;
 #[cfg(test)]
 use crate::pipeline::Metric;
@@ -99,11 +99,14 @@ impl Live {
             .index
             .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
         progress.finish(say);
-        let mut e = self.write();
-        e.reserve(rows.len());
-        for row in rows.iter().filter(|r| self.index.contains(key_of(r.stamp))) {
-            e.insert_stored(row.stamp, &row.name);
-        }
+        let held: Vec<(Stamp, String)> = rows
+            .into_iter()
+            .filter(|r| self.index.contains(key_of(r.stamp)))
+            .map(|r| (r.stamp, r.name))
+            .collect();
+        self.write()
+            .fill_stored(held)
+            .map_err(|e| crate::error::Error::internal(format!("gallery: names' tables: {e}")))?;
         self.changes.fetch_add(added as u64, Ordering::Relaxed);
         Ok(added)
     }
@@ -237,11 +240,11 @@ impl Live {
             let Some(Entry { name, .. }) = e.get(hit.key) else {
                 continue; // not published yet, or just forgotten
             };
-            if people.iter().any(|p| &p.name == name) {
+            if people.iter().any(|p| *p.name == **name) {
                 continue;
             }
             people.push(Candidate {
-                name: name.clone(),
+                name: name.to_string(),
                 distance: hit.distance,
             });
             if people.len() == top_k {

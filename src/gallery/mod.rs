@@ -30,7 +30,7 @@ pub mod store;
 mod strays;
 mod wipe;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
@@ -200,7 +200,24 @@ impl Gallery {
         threshold: f32,
         max_size: usize,
     ) -> Result<(Self, Opened)> {
-        let listed = store.list()?;
+        // Not the store's path or address: a moved folder keeps its index.
+        let owner = format!("{} {dim} store {}", metric.name(), store.uid());
+        let saved = Saved::new(dir, owner);
+        // The store's rows listed while the saved index is read (a million
+        // people: 0.5 to 0.9 s of a load).
+        let (mut listed, mut local) = (None, None);
+        let lister = store.as_mut();
+        share::each(vec![
+            Box::new(|| local = Some(saved.load(metric, dim))),
+            Box::new(|| listed = Some(lister.list())),
+        ])
+        .map_err(|e| Error::internal(format!("gallery: reading its store and saved index: {e}")))?;
+        let (Some(listed), Some(local)) = (listed, local) else {
+            return Err(Error::internal(
+                "gallery: its store or saved index not read",
+            ));
+        };
+        let listed = listed?;
         if listed.rows.len() > max_size {
             return Err(Error::unavailable(format!(
                 "{}: {} enrolled faces exceed max_gallery_size = {max_size}",
@@ -209,10 +226,7 @@ impl Gallery {
             )));
         }
         let follower = store.follower();
-        // Not the store's path or address: a moved folder keeps its index.
-        let owner = format!("{} {dim} store {}", metric.name(), store.uid());
-        let saved = Saved::new(dir, owner);
-        let restored = restore(&saved, store.as_mut(), metric, dim, listed.rows)?;
+        let restored = restore(&saved, local, store.as_mut(), metric, dim, listed.rows)?;
         let live = Live::around(restored.index, listed.change, follower.is_some());
         let added = live.load(restored.stored, restored.rows)?;
         // The file as saved, nothing added or removed: its graph.
@@ -690,13 +704,14 @@ struct Restoring {
 /// file lacks read from the store. Without a usable file, every vector is.
 fn restore(
     saved: &Saved,
+    local: Result<(VectorIndex, saved::Manifest)>,
     store: &mut dyn Store,
     metric: Metric,
     dim: usize,
     rows: Vec<Row>,
 ) -> Result<Restoring> {
     let mut how = Restored::default();
-    let (mut index, mut manifest) = match load_saved(saved, store, metric, dim, &mut how) {
+    let (mut index, mut manifest) = match load_saved(saved, local, store, metric, dim, &mut how) {
         Some((index, manifest)) => (index, Some(manifest)),
         None => (VectorIndex::new(metric, dim)?, None),
     };
@@ -705,7 +720,8 @@ fn restore(
         // older build may not list a vector whose row is gone since.
         match saved.file_keys() {
             Ok(keys) => {
-                let live: HashSet<u64> = rows.iter().map(|r| entries::key_of(r.stamp)).collect();
+                let live: foldhash::HashSet<u64> =
+                    rows.iter().map(|r| entries::key_of(r.stamp)).collect();
                 let (images, stale): (Vec<u64>, Vec<u64>) = keys
                     .into_iter()
                     .filter(|k| !live.contains(k))
@@ -750,16 +766,17 @@ fn remove_held(index: &VectorIndex, keys: Vec<u64>) -> Result<usize> {
     Ok(removed)
 }
 
-/// The saved index, else the one published to a shared store (copied
-/// here first); `None` when neither can be used, and `how` says why.
+/// The saved index (`local`, as read), else the one published to a shared
+/// store (copied here first); `None` when neither can be used, and `how`
+/// says why.
 fn load_saved(
     saved: &Saved,
+    local: Result<(VectorIndex, saved::Manifest)>,
     store: &mut dyn Store,
     metric: Metric,
     dim: usize,
     how: &mut Restored,
 ) -> Option<(VectorIndex, saved::Manifest)> {
-    let local = saved.load(metric, dim);
     if local.is_ok() || !store.shares_index() {
         if let Err(why) = &local {
             how.not_used = saved.exists().then(|| why.message().to_string());

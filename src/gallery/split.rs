@@ -13,7 +13,7 @@
 //! (q + r / 14) / 127. Only a direction is kept: right for cosine, which is
 //! why Euclidean galleries (dlib's, not unit length) stay in f16.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
