@@ -8,7 +8,9 @@
 //! caught-up change is the follower's to add (it was read, or it is gone).
 //!
 //! The vectors live in the index (`super::index`), not here: an entry is a
-//! name and an origin, about 100 bytes with its share of the maps.
+//! name and an origin: 104 bytes in the two maps' slots, a name's 32 in
+//! its `Arc`, about 150 to 250 bytes in all as the maps are from 7/8 to
+//! half full (a million: half).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
