@@ -18,8 +18,6 @@ use std::sync::Arc;
 use foldhash::HashMap;
 use smallvec::SmallVec;
 
-use super::share::each;
-
 use super::store::{Changes, Stamp};
 
 /// Keys of gallery images start here, above every store id (an enrollment's
@@ -204,25 +202,18 @@ impl Entries {
         self.insert(key_of(stamp), name, Origin::Store(stamp));
     }
 
-    /// A load's stored rows (distinct ids, as a store lists them) into
-    /// empty tables: the two maps built at once, one on a helper thread,
-    /// each sized once (a million rows: 0.9 s one row at a time on one core;
-    /// docs/benchmarks.md, "Gallery at scale"). A name read on several rows
-    /// is held once per row; the table of names keeps the first.
-    pub fn fill_stored(&mut self, rows: Vec<(Stamp, String)>) -> Result<(), String> {
-        if !self.by_key.is_empty() {
-            for (stamp, name) in rows {
-                self.insert_stored(stamp, &name);
-            }
-            return Ok(());
+    /// A load's stored rows, both tables sized once (a million grown a
+    /// doubling at a time rehashed them twenty times over); the names' room
+    /// is given back when people have many entries each.
+    pub fn fill_stored(&mut self, rows: Vec<(Stamp, String)>) {
+        self.by_key.reserve(rows.len());
+        self.by_name.reserve(rows.len());
+        for (stamp, name) in rows {
+            self.insert_stored(stamp, &name);
         }
-        let named: Vec<(Stamp, Arc<str>)> = rows.into_iter().map(|(s, n)| (s, n.into())).collect();
-        let (by_key, by_name) = (&mut self.by_key, &mut self.by_name);
-        each(vec![
-            Box::new(|| *by_key = keyed(&named)),
-            Box::new(|| *by_name = by_names(&named)),
-        ])?;
-        Ok(())
+        if self.by_name.len() < self.by_name.capacity() / 4 {
+            self.by_name.shrink_to_fit();
+        }
     }
 
     /// This server's FORGET, just committed at `change`: the keys it removed.
@@ -306,31 +297,4 @@ impl Entries {
             *t = (*t).max(change);
         }
     }
-}
-
-/// The entries of a load's stored rows, each key once.
-fn keyed(named: &[(Stamp, Arc<str>)]) -> HashMap<u64, Entry> {
-    let mut by_key = HashMap::with_capacity_and_hasher(named.len(), Default::default());
-    for (stamp, name) in named {
-        let (name, origin) = (name.clone(), Origin::Store(*stamp));
-        by_key.insert(key_of(*stamp), Entry { name, origin });
-    }
-    by_key
-}
-
-/// The keys of each name on a load's stored rows.
-fn by_names(named: &[(Stamp, Arc<str>)]) -> HashMap<Arc<str>, Keys> {
-    let mut by_name =
-        HashMap::<Arc<str>, Keys>::with_capacity_and_hasher(named.len(), Default::default());
-    for (stamp, name) in named {
-        by_name
-            .entry(name.clone())
-            .or_default()
-            .push(key_of(*stamp));
-    }
-    // Many entries per person: the room for one each goes.
-    if by_name.len() < by_name.capacity() / 4 {
-        by_name.shrink_to_fit();
-    }
-    by_name
 }

@@ -104,9 +104,7 @@ impl Live {
             .filter(|r| self.index.contains(key_of(r.stamp)))
             .map(|r| (r.stamp, r.name))
             .collect();
-        self.write()
-            .fill_stored(held)
-            .map_err(|e| crate::error::Error::internal(format!("gallery: names' tables: {e}")))?;
+        self.write().fill_stored(held);
         self.changes.fetch_add(added as u64, Ordering::Relaxed);
         Ok(added)
     }

@@ -200,29 +200,6 @@ pub fn with_helpers<T: Send + 'static>(
     results
 }
 
-/// A task for `each`: it leaves its result where it borrowed the place.
-pub type Task<'a> = Box<dyn FnOnce() + Send + 'a>;
-
-/// Each of `tasks` once, on this thread and on up to one helper per task
-/// after the first, taken in order by whichever thread is free first (this
-/// thread takes the first). Err when one panicked on a helper: what it was
-/// to leave is not there.
-pub fn each(tasks: Vec<Task<'_>>) -> Result<(), String> {
-    let slots: Vec<Mutex<Option<Task<'_>>>> =
-        tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
-    let work = || {
-        for slot in &slots {
-            let task = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(task) = task {
-                task();
-            }
-        }
-    };
-    with_helpers(slots.len().saturating_sub(1), &work)
-        .into_iter()
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,18 +224,6 @@ mod tests {
         let mut done: Vec<usize> = results.into_iter().flat_map(|r| r.unwrap()).collect();
         done.sort_unstable();
         assert_eq!(done, (0..100).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn each_task_runs_once_and_leaves_its_result() {
-        let (mut a, mut b, mut c) = (0, String::new(), Vec::new());
-        each(vec![
-            Box::new(|| a = 1),
-            Box::new(|| b.push('b')),
-            Box::new(|| c.extend([1, 2])),
-        ])
-        .unwrap();
-        assert_eq!((a, b.as_str(), c), (1, "b", vec![1, 2]));
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Fine {
 
     /// Make every key's sign bits from its coarse bytes, which `coarse_of`
     /// writes (false: the key has none, its bits stay 0). After `read_from`;
-    /// on every core (a million people: 0.6 s of a load on one), in parts
+    /// on every core (a million people: 0.2 to 0.5 s of a load on two), in parts
     /// of at least SIGNS_PART keys, each made by whichever thread takes it
     /// first (`share.rs`: this one takes what no helper started for).
     pub fn make_signs(
