@@ -31,8 +31,8 @@ pub fn pack(coarse: &[i8], out: &mut [u64]) {
     for (word, values) in out.iter_mut().zip(whole) {
         *word = word_of(values);
     }
-    for (i, &v) in tail.iter().enumerate() {
-        out[at] |= ((v >= 0) as u64) << i;
+    if !tail.is_empty() {
+        out[at] = word_plain(tail);
     }
 }
 
@@ -57,11 +57,8 @@ fn word_of(values: &[i8]) -> u64 {
     word_plain(values)
 }
 
-/// A bit at a time: other CPUs, and what the tests hold the SIMD one to.
-#[cfg_attr(
-    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
-    allow(dead_code)
-)]
+/// Up to 64 values a bit at a time: a vector's last word, other CPUs' every
+/// word, and what the tests hold the SIMD one to.
 fn word_plain(values: &[i8]) -> u64 {
     let bit = |(i, &v): (usize, &i8)| ((v >= 0) as u64) << i;
     values.iter().enumerate().map(bit).fold(0, |w, b| w | b)
