@@ -1,0 +1,90 @@
+//! A known face's first look at a saved large gallery, in process: `nearest`
+//! (the graph walk, the strays, the re-rank) for faces about 0.17 (cosine
+//! distance) from a stored person, each query timed once with the caches
+//! emptied before it (512 MB written, as a server's inference does between
+//! two searches) and once again at once (warm). Prints the p50s per round
+//! and how often the stored person came first.
+//!
+//! `cargo run --release --example known_walk -- INDEX [--ef N]`, INDEX a
+//! cosine 512-d gallery's saved index, e.g. the scale bench's
+//! out/gallery-scale/models/face_onnx_big/gallery/gallery.index
+//! (benches/gallery_scale/run.py makes it).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use triton_face::gallery::index::VectorIndex;
+use triton_face::pipeline::Metric;
+
+const QUERIES: u64 = 400;
+const ROUNDS: usize = 4;
+/// Per-value noise added to a stored vector: about 0.17 away.
+const NOISE: f32 = 0.1;
+const EVICT_BYTES: usize = 512 << 20;
+
+/// Uniform noise in -0.5..0.5 (xorshift), `dim` values.
+fn noise(seed: u64, dim: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    (0..dim).map(|_| next()).collect()
+}
+
+fn p50(mut t: Vec<f64>) -> f64 {
+    t.sort_by(|a, b| a.total_cmp(b));
+    t[t.len() / 2]
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = PathBuf::from(args.first().expect("usage: known_walk INDEX [--ef N]"));
+    let index = VectorIndex::load(&path, Metric::Cosine, 512).expect("load the index");
+    if let Some(at) = args.iter().position(|a| a == "--ef") {
+        index.set_expansion_search(args[at + 1].parse().expect("--ef N"));
+    }
+    // The load moves the index into huge pages on another thread: let it end.
+    std::thread::sleep(Duration::from_secs(25));
+    let keys = index.len() as u64;
+    let queries: Vec<(u64, Vec<f32>)> = (0..QUERIES)
+        .filter_map(|i| {
+            let key = 2 + (i * 3331) % (keys - 1);
+            let stored = index.vector(key)?;
+            let e = noise(i, stored.len());
+            Some((
+                key,
+                stored.iter().zip(&e).map(|(a, b)| a + NOISE * b).collect(),
+            ))
+        })
+        .collect();
+    let mut junk = vec![1u8; EVICT_BYTES];
+    for round in 0..ROUNDS {
+        let (mut cold, mut warm, mut first) = (Vec::new(), Vec::new(), 0);
+        for (i, (key, q)) in queries.iter().enumerate() {
+            for b in junk.iter_mut().step_by(64) {
+                *b = b.wrapping_add((i + round) as u8);
+            }
+            let t = Instant::now();
+            let hits = index.nearest(q, 1).expect("search");
+            cold.push(ms(t));
+            let t = Instant::now();
+            std::hint::black_box(index.nearest(q, 1).expect("search"));
+            warm.push(ms(t));
+            first += usize::from(hits.first().map(|h| h.key) == Some(*key));
+        }
+        println!(
+            "round {round}: cold p50 {:.3} ms, warm p50 {:.3} ms, stored person first {first}/{}",
+            p50(cold),
+            p50(warm),
+            queries.len()
+        );
+    }
+    std::hint::black_box(&junk);
+}
