@@ -45,14 +45,21 @@ fn ms(t: Instant) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = PathBuf::from(args.first().expect("usage: known_walk INDEX [--ef N]"));
+    const USAGE: &str = "usage: known_walk INDEX [--ef N]";
+    let path = PathBuf::from(args.first().filter(|a| !a.starts_with("--")).expect(USAGE));
     let index = VectorIndex::load(&path, Metric::Cosine, 512).expect("load the index");
     if let Some(at) = args.iter().position(|a| a == "--ef") {
-        index.set_expansion_search(args[at + 1].parse().expect("--ef N"));
+        let ef = args.get(at + 1).and_then(|n| n.parse().ok());
+        index.set_expansion_search(ef.expect(USAGE));
     }
     // The load moves the index into huge pages on another thread: let it end.
     std::thread::sleep(Duration::from_secs(25));
     let keys = index.len() as u64;
+    assert!(
+        keys >= 2,
+        "{} holds {keys} people: a large gallery wanted",
+        path.display()
+    );
     let queries: Vec<(u64, Vec<f32>)> = (0..QUERIES)
         .filter_map(|i| {
             let key = 2 + (i * 3331) % (keys - 1);
@@ -64,6 +71,10 @@ fn main() {
             ))
         })
         .collect();
+    assert!(
+        !queries.is_empty(),
+        "no stored person under keys 2..={keys}"
+    );
     let mut junk = vec![1u8; EVICT_BYTES];
     for round in 0..ROUNDS {
         let (mut cold, mut warm, mut first) = (Vec::new(), Vec::new(), 0);
