@@ -39,14 +39,14 @@ def main(paths: list[str]) -> None:
             print(f"\nwhat the gallery answers (a first look, then a wider one before 'unknown'), "
                   f"threshold {answers[0]['threshold']}")
             print(f"{'looks':24} {'p50 ms':>8} {'p99 ms':>8} {'named right':>11} "
-                  f"{'named wrong':>11} {'looked again':>12} {'right <=0.8t':>12}")
+                  f"{'named wrong':>11} {'looked again':>12} {'proven':>7} {'right <=0.8t':>12}")
             for r in answers:
                 # Of the queries whose exact nearest is within 0.8x the threshold: the goal.
                 within = r.get("named_right_within_0.8", float("nan"))
                 count = r.get("queries_within_0.8", "?")
                 print(f"{r['param']:24} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
                       f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f} "
-                      f"{within:7.3f} of {count}")
+                      f"{r.get('proven', float('nan')):7.3f} {within:7.3f} of {count}")
 
 
 def _num(x) -> str:

@@ -226,6 +226,15 @@ impl Live {
         }
     }
 
+    /// The nearest person, when a stray is proven the nearest entry of
+    /// all within `within` (`VectorIndex::proven_nearest`); `None`: search.
+    pub fn proven_person(&self, query: &[f32], within: f32) -> Result<Option<Candidate>> {
+        let Some(hit) = self.index.proven_nearest(query, within)? else {
+            return Ok(None);
+        };
+        Ok(self.people_in(&[hit], 1).pop())
+    }
+
     /// Whether a search may miss (the graph, not a scan).
     pub fn approximate(&self) -> bool {
         self.index.approximate()

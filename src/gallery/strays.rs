@@ -5,6 +5,9 @@
 //! and restoring each from the graph took 3 ms (docs/benchmarks.md,
 //! "Matching").
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use usearch::{Index, IndexOptions, VectorType};
 
 use crate::error::{Error, Result};
@@ -14,6 +17,11 @@ pub struct Strays {
     flat: Index,
     /// Concurrent searches it takes (as many as the graph's).
     threads: usize,
+    /// How far each stray is from every other entry, at least
+    /// (`apart.rs`), measured the first time a query needed it (one exact
+    /// scan, 80 ms at a million) and lowered as vectors arrive: a lower
+    /// bound stays one when entries go.
+    apart: Mutex<HashMap<u64, f32>>,
 }
 
 impl Strays {
@@ -31,6 +39,7 @@ impl Strays {
             keys: Vec::new(),
             flat,
             threads,
+            apart: Mutex::new(HashMap::new()),
         })
     }
 
@@ -44,6 +53,7 @@ impl Strays {
 
     pub fn clear(&mut self) -> Result<()> {
         self.keys.clear();
+        self.apart_mut().clear();
         self.flat.reset().map_err(|e| failed("clear", e))
     }
 
@@ -69,8 +79,39 @@ impl Strays {
         if self.flat.contains(key) {
             self.flat.remove(key).map_err(|e| failed("remove", e))?;
             self.keys.retain(|&k| k != key);
+            self.apart_mut().remove(&key);
         }
         Ok(())
+    }
+
+    /// How far `key` is from every other entry, at least, once measured.
+    pub fn apart(&self, key: u64) -> Option<f32> {
+        self.apart_mut().get(&key).copied()
+    }
+
+    pub fn set_apart(&self, key: u64, apart: f32) {
+        self.apart_mut().insert(key, apart);
+    }
+
+    /// A vector arrived: each measured stray's bound falls to its distance
+    /// to it (`distance` of the stray's key; `None`: measure again).
+    pub fn arrived(&self, mut distance: impl FnMut(u64) -> Option<f32>) {
+        self.apart_mut().retain(|&key, apart| match distance(key) {
+            Some(d) => {
+                *apart = apart.min(d);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Many vectors arrived: every bound is measured again when needed.
+    pub fn forget_apart(&self) {
+        self.apart_mut().clear();
+    }
+
+    fn apart_mut(&self) -> std::sync::MutexGuard<'_, HashMap<u64, f32>> {
+        self.apart.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The `count` strays nearest to `query` (in the stored form), by a scan.
