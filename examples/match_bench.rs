@@ -183,6 +183,8 @@ struct Answered {
     looked_again: f64,
     /// Queries a stray proven the nearest answered, without a walk.
     proven: f64,
+    /// Of those, how many were not the exact nearest row: must stay 0.
+    proven_not_nearest: usize,
     /// Of the queries whose exact nearest row is within 0.8x the threshold
     /// (the goal's queries), named right; and how many there are.
     named_right_within: f64,
@@ -201,7 +203,7 @@ fn answer(
 ) -> Answered {
     let label = |row: u64| d.labels[row as usize];
     let (mut times, mut right, mut wrong, mut again) = (Vec::new(), 0, 0, 0);
-    let mut proven_count = 0;
+    let (mut proven_count, mut proven_not_nearest) = (0, 0);
     let (mut within, mut right_within) = (0usize, 0usize);
     for (i, q) in d.queries.chunks_exact(d.dim).enumerate() {
         let mut looks = 0;
@@ -210,6 +212,7 @@ fn answer(
         // nearest alone, else 16 hits (live.rs, nearest_people).
         let proven = index.proven_nearest(q, threshold).expect("search");
         proven_count += usize::from(proven.is_some());
+        proven_not_nearest += usize::from(proven.is_some_and(|h| h.key != d.exact[i] as u64));
         let hits = proven
             .map(|h| Ok(vec![h]))
             .unwrap_or_else(|| {
@@ -255,6 +258,7 @@ fn answer(
         named_wrong: wrong as f64 / n,
         looked_again: again as f64 / n,
         proven: proven_count as f64 / n,
+        proven_not_nearest,
         named_right_within: right_within as f64 / within.max(1) as f64,
         within,
     }
@@ -368,6 +372,7 @@ fn main() {
                 "n": d.n, "dim": d.dim, "kind": d.kind, "threshold": threshold,
                 "p50_ms": a.p50_ms, "p99_ms": a.p99_ms, "named_right": a.named_right,
                 "named_wrong": a.named_wrong, "looked_again": a.looked_again, "proven": a.proven,
+                "proven_not_nearest": a.proven_not_nearest,
                 "named_right_within_0.8": a.named_right_within, "queries_within_0.8": a.within,
             })
         );

@@ -46,7 +46,9 @@ def main(paths: list[str]) -> None:
                 count = r.get("queries_within_0.8", "?")
                 print(f"{r['param']:24} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} "
                       f"{r['named_right']:11.3f} {r['named_wrong']:11.3f} {r['looked_again']:12.3f} "
-                      f"{r.get('proven', float('nan')):7.3f} {within:7.3f} of {count}")
+                      f"{r.get('proven', float('nan')):7.3f} {within:7.3f} of {count}"
+                      + (f"  {r['proven_not_nearest']} proven but not the nearest"
+                         if r.get("proven_not_nearest") else ""))
 
 
 def _num(x) -> str:

@@ -11,22 +11,26 @@
 //! be a metric: the angle between two directions for cosine galleries (1 -
 //! cos is not one), the distance itself for Euclidean ones.
 //!
-//! `apart` comes from one exact scan of the stored (i8 or f16) vectors, its
-//! first `WINDOW_KEYS` re-ranked by the full distance: the nearest of those,
-//! and, for anyone the stored form put beyond them, the last one's distance
-//! less `STORED_ERROR`.
+//! `apart` comes from one exact scan of the stored vectors, its first
+//! `WINDOW_KEYS` re-ranked by the full distance: the nearest of those, and,
+//! for anyone the stored form put beyond them, the last one's distance less
+//! twice how far the stored form's ranking can be from the full distance
+//! (`ranking_error`). A bound, not an estimate: a proof never names anyone
+//! a scan of every full vector would not put first.
 
 use crate::pipeline::Metric;
 
 /// How many of the exact scan's nearest are re-ranked by the full distance.
 pub const WINDOW_KEYS: usize = 1024;
-/// How far a full distance (as 1 - cos, or Euclidean) may be below the one
-/// the stored form ranked by, and by more: i8 values (rounded to 1/127) put
-/// a cosine 2e-3 off (one standard deviation, 512 values), f16 1e-4.
-/// Counted twice, for the entry and the last of the window.
-pub const STORED_ERROR: f32 = 0.05;
+/// f16 vectors are ranked by their own values, widened: only the sum's
+/// rounding is left.
+pub const F16_RANKING_ERROR: f32 = 1e-3;
 /// Slack in the measure for the full distance's own rounding (about 1e-4).
 const SLACK: f32 = 1e-3;
+/// A split vector's coarse step (`split.rs`).
+const STEP: f32 = 127.0;
+/// A split vector's fine step within a coarse one (`split.rs`).
+const FINE_STEP: f32 = 14.0;
 
 /// `d` (the gallery's distance) as a metric: the angle for cosine.
 fn measure(metric: Metric, d: f32) -> f32 {
@@ -36,22 +40,44 @@ fn measure(metric: Metric, d: f32) -> f32 {
     }
 }
 
+/// How far, at most, usearch's ranking of split vectors against `s` (by
+/// the integer dot product of coarse bytes, c = 127 f - g, |g| <= 0.5 per
+/// value) is from the cosine distance of the restored vectors `f`, for
+/// any other vector: c_s.c_x = 127^2 f_s.f_x - 127 g_s.f_x - c_s.g_x, so
+/// the dot is off by at most (127 |g_s| |f_x| + 0.5 |c_s|_1) / 127^2; and
+/// a restored vector's length is 1 within 0.5 sqrt(dim) / (127 x 14), which
+/// turns a dot into a cosine within 3 times that. About 0.14 at 512 values.
+pub fn ranking_error(coarse: &[i8], full: &[f32]) -> f32 {
+    let length_error = 0.5 * (full.len() as f32).sqrt() / (STEP * FINE_STEP);
+    let g = full
+        .iter()
+        .zip(coarse)
+        .map(|(f, &c)| (STEP * f - c as f32).powi(2))
+        .sum::<f32>()
+        .sqrt();
+    let c1: f32 = coarse.iter().map(|&c| (c as f32).abs()).sum();
+    g * (1.0 + length_error) / STEP + 0.5 * c1 / (STEP * STEP) + 3.0 * length_error
+}
+
 /// The distance from a stray to every other entry is at least this, given
 /// the full distances of the exact scan's window (the stray itself left
-/// out), the window's last `last` and whether the scan held more entries
-/// than the window.
-pub fn apart_from(window: &[f32], last: f32, more: bool) -> f32 {
+/// out) and, when the scan held more entries than the window, the least
+/// any of those can be (`beyond`).
+pub fn apart_from(window: &[f32], beyond: Option<f32>) -> f32 {
     let nearest = window.iter().copied().fold(f32::INFINITY, f32::min);
-    match more {
-        true => nearest.min(last - 2.0 * STORED_ERROR).max(0.0),
-        false => nearest,
-    }
+    nearest.min(beyond.unwrap_or(f32::INFINITY)).max(0.0)
 }
 
 /// Whether a stray at `to_query` from a query, and at least `apart` from
 /// every other entry, is nearer to the query than any other entry.
 pub fn proves_nearest(metric: Metric, to_query: f32, apart: f32) -> bool {
     2.0 * measure(metric, to_query) + SLACK < measure(metric, apart)
+}
+
+/// Whether any `apart` could prove a stray at `to_query` the nearest (an
+/// angle over half a turn cannot): measuring it is worth its scan.
+pub fn may_prove(metric: Metric, to_query: f32) -> bool {
+    proves_nearest(metric, to_query, f32::INFINITY)
 }
 
 #[cfg(test)]
@@ -77,10 +103,32 @@ mod tests {
     }
 
     #[test]
-    fn no_one_beyond_the_window_is_taken_nearer_than_the_stored_form_allows() {
-        assert_eq!(apart_from(&[0.8, 0.9], 0.95, false), 0.8);
-        assert!((apart_from(&[0.8, 0.9], 0.85, true) - 0.75).abs() < 1e-6);
-        assert_eq!(apart_from(&[], 0.0, true), 0.0);
-        assert_eq!(apart_from(&[], 0.0, false), f32::INFINITY);
+    fn no_one_beyond_the_window_is_taken_nearer_than_the_ranking_allows() {
+        assert_eq!(apart_from(&[0.8, 0.9], None), 0.8);
+        assert_eq!(apart_from(&[0.8, 0.9], Some(0.75)), 0.75);
+        assert_eq!(apart_from(&[0.8, 0.9], Some(0.85)), 0.8);
+        assert_eq!(apart_from(&[], Some(-0.2)), 0.0);
+        assert_eq!(apart_from(&[], None), f32::INFINITY);
+    }
+
+    #[test]
+    fn the_ranking_error_bounds_the_worst_case() {
+        // Every value rounded by half a step the same way: the bound's own
+        // worst case, for a vector of 512 values 1 / sqrt(512) each.
+        let dim = 512;
+        let u = 1.0 / (dim as f32).sqrt();
+        let coarse = vec![(STEP * u).round() as i8; dim];
+        let full = vec![u; dim];
+        let e = ranking_error(&coarse, &full);
+        let g = (STEP * u - (STEP * u).round()).abs() * (dim as f32).sqrt();
+        assert!(e >= g / STEP, "{e} {g}");
+        assert!(e > 0.05 && e < 0.3, "{e}");
+    }
+
+    #[test]
+    fn a_half_turn_away_proves_nothing() {
+        assert!(may_prove(Metric::Cosine, 0.5));
+        assert!(!may_prove(Metric::Cosine, 1.0));
+        assert!(may_prove(Metric::Euclidean, 10.0));
     }
 }

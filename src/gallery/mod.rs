@@ -413,7 +413,14 @@ impl Gallery {
         // A stray proven the nearest needs no walk (`apart.rs`): the one
         // nearest is all a top_k of 1 lists.
         let proven = match wanted {
-            1 => self.live.proven_person(embedding, threshold)?,
+            1 => self
+                .live
+                .proven_person(embedding, threshold)
+                .unwrap_or_else(|e| {
+                    // Only a shortcut: the search below answers.
+                    crate::triton::log::warn(&format!("gallery: stray proof: {e}"));
+                    None
+                }),
             _ => None,
         };
         if let Some(best) = proven {

@@ -76,10 +76,10 @@ impl Strays {
     }
 
     pub fn remove(&mut self, key: u64) -> Result<()> {
+        self.apart_mut().remove(&key);
         if self.flat.contains(key) {
             self.flat.remove(key).map_err(|e| failed("remove", e))?;
             self.keys.retain(|&k| k != key);
-            self.apart_mut().remove(&key);
         }
         Ok(())
     }
@@ -89,12 +89,17 @@ impl Strays {
         self.apart_mut().get(&key).copied()
     }
 
+    /// Whether any stray was measured apart.
+    pub fn any_apart(&self) -> bool {
+        !self.apart_mut().is_empty()
+    }
+
     pub fn set_apart(&self, key: u64, apart: f32) {
         self.apart_mut().insert(key, apart);
     }
 
     /// A vector arrived: each measured stray's bound falls to its distance
-    /// to it (`distance` of the stray's key; `None`: measure again).
+    /// to it (`distance` of the stray's key; `None`: measure it again).
     pub fn arrived(&self, mut distance: impl FnMut(u64) -> Option<f32>) {
         self.apart_mut().retain(|&key, apart| match distance(key) {
             Some(d) => {
