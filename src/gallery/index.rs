@@ -1178,15 +1178,20 @@ mod tests {
         index
     }
 
-    #[test]
-    fn a_vector_far_from_all_others_is_still_found() {
-        // The loner goes in first: the crowd that follows prunes the links
-        // to it (the case measured with a real face among a million).
-        let dim = 64;
-        let centre = unit(1, dim);
+    /// A crowd of 4,999 around a centre, 64 values each, and a loner
+    /// (key 0) opposite, gone in first: the crowd that follows prunes the
+    /// links to it (the case measured with a real face among a million).
+    fn loner_and_crowd() -> (Vec<f32>, Vec<f32>, VectorIndex) {
+        let centre = unit(1, 64);
         let loner: Vec<f32> = centre.iter().map(|c| -c).collect();
         let crowd: Vec<(u64, Vec<f32>)> = (1..5000u64).map(|k| (k, near(&centre, k))).collect();
-        let index = graph_of(dim, &[(0, loner.clone())], &crowd);
+        let index = graph_of(64, &[(0, loner.clone())], &crowd);
+        (centre, loner, index)
+    }
+
+    #[test]
+    fn a_vector_far_from_all_others_is_still_found() {
+        let (centre, loner, index) = loner_and_crowd();
         let keys: Vec<u64> = (0..5000).collect();
         let strays = index.find_strays(&keys).unwrap();
         assert!(strays < 50, "{strays} strays in a well-linked crowd");
@@ -1254,11 +1259,7 @@ mod tests {
 
     #[test]
     fn a_stray_proven_nearest_is_the_exact_nearest() {
-        let dim = 64;
-        let centre = unit(1, dim);
-        let loner: Vec<f32> = centre.iter().map(|c| -c).collect();
-        let crowd: Vec<(u64, Vec<f32>)> = (1..5000u64).map(|k| (k, near(&centre, k))).collect();
-        let index = graph_of(dim, &[(0, loner.clone())], &crowd);
+        let (centre, loner, index) = loner_and_crowd();
         index.find_strays(&(0..5000).collect::<Vec<u64>>()).unwrap();
         let query = near(&loner, 9);
         let exact = index.nearest_exact(&query, 1).unwrap()[0];
