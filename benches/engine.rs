@@ -5,7 +5,7 @@
 //!   FACE_ONNX_DIR     dir with fr_detect/fr_landmark/fr_feature.onnx
 //!                     (default <repo>/assets/onnx)
 //!   FACE_BENCH_PHOTO  the photo (default <repo>/assets/photos/obama_640x480.jpg)
-//!   FACE_BENCH_ONLY   `decode`, `engine` or `onnx`: run only that group
+//!   FACE_BENCH_ONLY   `decode`, `engine`, `onnx` or `onnx-batch`: run only that group
 //!
 //! Group "decode": ENCODED bytes to an RGB frame, the bench photo as JPEG
 //! and as PNG, WebP (lossy) and BMP (assets/formats/, made by setup.sh from
@@ -26,6 +26,10 @@
 //! them, `stage-times:` lines on stderr: each stage's median on both
 //! runtimes next to its floor (its GFLOP at this machine's single-core sgemm
 //! rate, measured in the same run).
+//! Group "onnx-batch" (the `face_onnx` settings on onnxruntime, one
+//! thread): 8 and 32 copies of the photo through one `analyze`, as one
+//! Execute's frames, at `max_engine_batch` 1 (one item a run), 2, 8 and 32;
+//! throughput in frames. (tract always runs one item a run.)
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -393,5 +397,53 @@ fn untouched(s: &mut OnnxSettings) {
     s.flush_denormals = false;
 }
 
-criterion_group!(benches, bench_decode, bench_dlib, bench_onnx);
+/// One Execute's frames through the ONNX engine at several max_engine_batch.
+fn bench_onnx_batch(c: &mut Criterion) {
+    if !selected("onnx-batch") {
+        return;
+    }
+    let onnx_dir = input_path("FACE_ONNX_DIR", "assets/onnx");
+    let photo = input_path("FACE_BENCH_PHOTO", "assets/photos/obama_640x480.jpg");
+    let settings = onnx_settings(&onnx_dir);
+    let frame = decode(
+        &std::fs::read(&photo).expect("read the bench photo"),
+        MAX_PIXELS,
+    );
+    let mut group = c.benchmark_group("onnx-batch");
+    group.warm_up_time(Duration::from_secs(1));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(4));
+    for frames in [8, 32] {
+        let batch: Vec<(&Frame, Wanted)> = (0..frames)
+            .map(|_| (&frame, Wanted::all(MAX_FACES)))
+            .collect();
+        group.throughput(Throughput::Elements(frames as u64));
+        for max_engine_batch in [1, 2, 8, 32] {
+            let mut engine = OnnxEngine::load(&OnnxSettings {
+                max_engine_batch: Some(max_engine_batch),
+                ..settings.onnx.clone()
+            })
+            .expect("load the ONNX models");
+            let name = format!("{frames} frames, max_engine_batch {max_engine_batch}");
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    let faces: usize = (engine.analyze(&batch).iter())
+                        .map(|r| r.as_ref().expect("analyze").faces.len())
+                        .sum();
+                    assert_eq!(faces, frames, "one face a frame");
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_decode,
+    bench_dlib,
+    bench_onnx,
+    bench_onnx_batch
+);
 criterion_main!(benches);

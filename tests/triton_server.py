@@ -168,6 +168,7 @@ class TritonServer:
         engine: str = "dlib",
         env: Mapping[str, str | None] | None = None,
         more_models: Sequence[str] = (),
+        copies: Mapping[str, Sequence[tuple[str, str]]] | None = None,
         detached: bool = False,
     ):
         """`gallery` maps file names inside the gallery dir ("alice.jpg", "bob/1.jpg") to source
@@ -176,14 +177,16 @@ class TritonServer:
         engine's set-up, before `params`). `more_models` are served too, each set up like
         `model` (engine, params, its own copy of the gallery) but without the config_edits;
         the backend library then sits once in backends/face/ for all of them, as in the image
-        (Dockerfile.build). `env` is added to the test's environment for the server process (a
+        (Dockerfile.build). `copies` are served too: each a copy of `model` under its own name,
+        with its own config edits instead of `config_edits`. `env` is added to the test's environment for the server process (a
         None value removes that variable). `detached` starts it in a session of its own, out of
         reach of the terminal's Ctrl-C (tests/dev_server.py: a server that outlives its
         command)."""
         self.env = suite
         self.root = Path(root)
         self.model = model
-        self.models = (model, *more_models)
+        self.copies = dict(copies or {})
+        self.models = (model, *more_models, *self.copies)
         self.engine = engine
         self.model_dir = self.root / "models" / model
         self.gallery_dir = self.model_dir / "gallery"
@@ -219,7 +222,7 @@ class TritonServer:
         self.model_dir.mkdir(parents=True)
         shutil.copy2(self.env.backend_lib, library)
         for model in self.models:
-            edits = config_edits if model == self.model else ()
+            edits = config_edits if model == self.model else self.copies.get(model, ())
             self._build_model(model, params, gallery, edits)
 
     def _build_model(
@@ -229,7 +232,10 @@ class TritonServer:
         model_dir = self.root / "models" / model
         version_dir = model_dir / "1"
         version_dir.mkdir(parents=True)
-        config = engine_config(self.env, model, self.engine)
+        if model in self.copies:
+            config = rename_model(engine_config(self.env, self.model, self.engine), model)
+        else:
+            config = engine_config(self.env, model, self.engine)
         if self.engine.startswith("onnx"):  # *_model parameters are relative to the version folder
             for name in ONNX_MODEL_FILES:
                 (version_dir / name).symlink_to(self.env.onnx_models / name)

@@ -608,6 +608,20 @@ pub static PARAMETERS: &[Parameter] = &[
         section: Section::Onnx,
         apply: |d, v| positive(v).map(|n| d.settings.onnx.intra_op_threads = n),
     },
+    Parameter {
+        name: "max_engine_batch",
+        kind: Kind::PositiveInteger,
+        default: Default::Unset(
+            "`1` on `KIND_CPU` instances (batches are slower on the CPU), `32` on `KIND_GPU`; \
+             always `1` with `runtime: tract`",
+        ),
+        meaning: "the most frames (detector) or faces (landmarks, embedder) one model run takes: \
+                  an Execute's frames go through each model together, in runs of at most this \
+                  many; a model whose batch dimension is fixed runs one at a time, and the load \
+                  log says which batch",
+        section: Section::Onnx,
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.max_engine_batch = Some(n)),
+    },
 ];
 
 /// docs/parameters.md's table of one section: `| key | type | default | meaning |`.

@@ -47,6 +47,21 @@ pub(crate) fn require_file(dir: &Path, file: &str) -> Result<std::path::PathBuf>
     Ok(path)
 }
 
+/// `assets/<rel>` (installed by scripts/setup.sh), which must exist: the
+/// engines' tests run on the real weights and photos.
+#[cfg(test)]
+pub(crate) fn test_assets(rel: &str) -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join(rel);
+    assert!(
+        path.exists(),
+        "{} missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
 /// A face engine. One instance per Triton model instance; never shared
 /// between threads at once (`&mut self`).
 pub trait Engine: Send {

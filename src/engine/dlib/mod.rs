@@ -300,18 +300,7 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::pipeline::image::frame_from_encoded;
 
-    /// `assets/<rel>` (installed by scripts/setup.sh), which must exist.
-    pub(super) fn assets(rel: &str) -> std::path::PathBuf {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets")
-            .join(rel);
-        assert!(
-            path.exists(),
-            "{} missing: run scripts/setup.sh",
-            path.display()
-        );
-        path
-    }
+    pub(super) use crate::engine::test_assets as assets;
 
     fn grey(width: u32, height: u32) -> Frame {
         let rgb = vec![128; (width * height * 3) as usize];

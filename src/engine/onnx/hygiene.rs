@@ -544,7 +544,7 @@ mod tests {
             shape: shape_of(x.len()).to_vec(),
             data: x.to_vec(),
         };
-        net.run(input).unwrap().remove(0).data
+        net.run(&input).unwrap().remove(0).data
     }
 
     #[test]

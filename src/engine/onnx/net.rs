@@ -10,6 +10,7 @@ use tract_onnx::prelude::*;
 use prost::Message;
 
 use super::super::fpu::FlushDenormals;
+use super::batch_dim;
 use super::blob::Blob;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
@@ -51,13 +52,14 @@ pub(super) fn model_file<'a>(key: &str, path: &'a Path) -> Result<&'a Path> {
 
 /// Load, clean (hygiene.rs), type, optimize and plan a model once. `size`
 /// fixes the input's height and width (for models whose spatial dims are
-/// free).
+/// free); `one_at_a_time` fixes a free batch dimension to 1 (batch_dim.rs).
 pub(super) fn load_net(
     what: &str,
     path: &Path,
     size: Option<(usize, usize)>,
     runtime: &RuntimeChoice,
     hygiene: Hygiene,
+    one_at_a_time: bool,
 ) -> Result<Net> {
     let fail = |e: TractError| {
         Error::unavailable(format!(
@@ -81,6 +83,10 @@ pub(super) fn load_net(
     } else {
         hygiene::clean(&mut proto, hygiene, runtime.prelu_form())
     };
+    let batch_free = batch_dim::is_free(&proto) && !one_at_a_time;
+    if one_at_a_time {
+        batch_dim::fix_to_one(&mut proto);
+    }
     let dir = path.parent().and_then(Path::to_str);
     let parsed = onnx.parse(&proto, dir).map_err(fail)?;
     let mut model = parsed.model;
@@ -89,7 +95,7 @@ pub(super) fn load_net(
         model.set_input_fact(0, fact).map_err(fail)?;
     }
     let typed = model.into_typed().map_err(fail)?;
-    let (shape, batch_free) = input_shape(what, path, &typed)?;
+    let shape = input_shape(what, path, &typed)?;
     let mut own_kernels = None;
     let runner = match runtime {
         RuntimeChoice::Tract(kernels) => {
@@ -122,9 +128,8 @@ pub(super) fn load_net(
     })
 }
 
-/// The input's NCHW shape (batch 1 when free) and whether the batch is free;
-/// C, H and W must be fixed.
-fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<(Vec<usize>, bool)> {
+/// The input's NCHW shape (batch 1 when free); C, H and W must be fixed.
+fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<Vec<usize>> {
     let fact = typed
         .input_fact(0)
         .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
@@ -140,8 +145,7 @@ fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<(Vec<usize
             fact.shape
         )));
     }
-    let shape = dims.iter().map(|d| d.unwrap_or(1)).collect();
-    Ok((shape, dims[0].is_none()))
+    Ok(dims.iter().map(|d| d.unwrap_or(1)).collect())
 }
 
 /// The runtime a model is loaded into, resolved (library found) once.
@@ -181,13 +185,124 @@ impl RuntimeChoice {
     }
 }
 
+/// One item's share of a run: each output's values for it, in output order.
+pub(super) type ItemOutputs = Vec<Vec<f32>>;
+
 impl Net {
-    pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
+    pub(super) fn run(&self, input: &Blob) -> Result<Vec<Blob>> {
         match &self.runner {
             Runner::Tract(net) => net.run(input),
             Runner::Ort(net) => net.run(input),
         }
     }
+
+    /// The most items one run takes: `max` when the batch is free, else 1.
+    pub(super) fn per_run(&self, max: usize) -> usize {
+        if self.batch_free {
+            max.max(1)
+        } else {
+            1
+        }
+    }
+
+    /// `items` through the model, at most `max` in one run (one at a time
+    /// when its batch is fixed). `fill` appends an item's input values
+    /// ([C, H, W] of the model's shape) to the run's input. One result per
+    /// item, in order: its share of each output, or why it failed. An item
+    /// `fill` refuses fails alone; so does one the model fails on, since a
+    /// run that fails is run again item by item.
+    pub(super) fn run_items<T>(
+        &self,
+        items: &[T],
+        max: usize,
+        mut fill: impl FnMut(&T, &mut Vec<f32>) -> Result<()>,
+    ) -> Vec<Result<ItemOutputs>> {
+        let per_item: usize = self.shape[1..].iter().product();
+        let mut results = Vec::with_capacity(items.len());
+        let mut input = Blob {
+            shape: self.shape.clone(),
+            data: Vec::new(),
+        };
+        for chunk in items.chunks(self.per_run(max)) {
+            input.data.clear();
+            let filled: Vec<Result<()>> = chunk
+                .iter()
+                .map(|item| {
+                    let start = input.data.len();
+                    let done = fill(item, &mut input.data).and_then(|()| {
+                        let got = input.data.len() - start;
+                        (got == per_item).then_some(()).ok_or_else(|| {
+                            Error::internal(format!(
+                                "model input: {got} values for an item of shape {:?}",
+                                &self.shape[1..]
+                            ))
+                        })
+                    });
+                    if done.is_err() {
+                        input.data.truncate(start);
+                    }
+                    done
+                })
+                .collect();
+            input.shape[0] = filled.iter().filter(|f| f.is_ok()).count();
+            let mut outputs = self.run_filled(&input).into_iter();
+            results.extend(filled.into_iter().map(|f| {
+                f.and_then(|()| {
+                    outputs
+                        .next()
+                        .unwrap_or_else(|| Err(Error::internal("a model run lost an item")))
+                })
+            }));
+        }
+        results
+    }
+
+    /// One run over `input`'s items (its first dimension), each item's
+    /// share; after a failed run of several, each item alone.
+    fn run_filled(&self, input: &Blob) -> Vec<Result<ItemOutputs>> {
+        let n = input.shape[0];
+        if n == 0 {
+            return Vec::new();
+        }
+        match self.run(input).and_then(|outputs| split(outputs, n)) {
+            Ok(items) => items.into_iter().map(Ok).collect(),
+            Err(e) if n == 1 => vec![Err(e)],
+            Err(_) => input
+                .data
+                .chunks_exact((input.data.len() / n).max(1))
+                .flat_map(|one| {
+                    let mut shape = input.shape.clone();
+                    shape[0] = 1;
+                    self.run_filled(&Blob {
+                        shape,
+                        data: one.to_vec(),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A run's outputs cut into `n` items' shares along their first dimension
+/// (a run of one item takes each output whole, whatever its shape).
+fn split(outputs: Vec<Blob>, n: usize) -> Result<Vec<ItemOutputs>> {
+    if n == 1 {
+        return Ok(vec![outputs.into_iter().map(|b| b.data).collect()]);
+    }
+    let mut items = vec![Vec::with_capacity(outputs.len()); n];
+    for (k, output) in outputs.iter().enumerate() {
+        if output.shape.first() != Some(&n) {
+            return Err(Error::internal(format!(
+                "model output {k} has shape {:?} for a run of {n} items",
+                output.shape
+            )));
+        }
+        let share = output.data.len() / n;
+        for (i, item) in items.iter_mut().enumerate() {
+            item.push(output.data[i * share..(i + 1) * share].to_vec());
+        }
+    }
+    Ok(items)
 }
 
 /// Run one model on one raw f32 input (as the engine loads it: cleaned,
@@ -204,6 +319,7 @@ pub fn run_model(
         None,
         &RuntimeChoice::Tract(Kernels::ALL),
         Hygiene::default(),
+        false,
     )?;
     if input.len() != shape.iter().product::<usize>() {
         return Err(Error::invalid(format!(
@@ -216,7 +332,7 @@ pub fn run_model(
         data: input.to_vec(),
     };
     Ok(net
-        .run(input)?
+        .run(&input)?
         .into_iter()
         .map(|b| (b.shape, b.data))
         .collect())
@@ -240,6 +356,7 @@ impl TractBench {
             None,
             &RuntimeChoice::Tract(kernels),
             Hygiene::default(),
+            true,
         )?;
         match net.runner {
             Runner::Tract(tract) => Ok(TractBench {
@@ -264,6 +381,6 @@ impl TractBench {
             shape: self.shape.clone(),
             data: input.to_vec(),
         };
-        self.net.profile(input, by_op)
+        self.net.profile(&input, by_op)
     }
 }

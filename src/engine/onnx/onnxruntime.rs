@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::builder::SessionBuilder;
 use ort::session::Session;
-use ort::value::Tensor as OrtTensor;
+use ort::value::TensorRef;
 
 use super::blob::Blob;
 use crate::error::{Error, Result};
@@ -228,12 +228,12 @@ impl OrtNet {
         })
     }
 
-    /// Run on one f32 input; the input's values move into onnxruntime's
-    /// tensor and each output is copied out once.
-    pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
+    /// Run on one f32 input; onnxruntime reads the input where it lies and
+    /// each output is copied out once.
+    pub(super) fn run(&self, input: &Blob) -> Result<Vec<Blob>> {
         let fail = |e: ort::Error| Error::internal(format!("onnxruntime inference failed: {e}"));
         let shape: Vec<i64> = input.shape.iter().map(|&d| d as i64).collect();
-        let value = OrtTensor::from_array((shape, input.data)).map_err(fail)?;
+        let value = TensorRef::from_array_view((shape, input.data.as_slice())).map_err(fail)?;
         let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
         let outputs = session.run(ort::inputs![value]).map_err(fail)?;
         outputs

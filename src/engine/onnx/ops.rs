@@ -6,7 +6,6 @@
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use super::blob::Blob;
 use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Frame};
@@ -22,6 +21,14 @@ pub(super) struct Rect {
 
 /// The frame resized to `w`x`h`.
 pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<Frame> {
+    if frame.rgb.len() != 3 * frame.width as usize * frame.height as usize {
+        return Err(Error::internal(format!(
+            "a {}x{} RGB frame of {} bytes",
+            frame.width,
+            frame.height,
+            frame.rgb.len()
+        )));
+    }
     if (2 * w, 2 * h) == (frame.width as usize, frame.height as usize) {
         return Ok(halve(frame));
     }
@@ -127,38 +134,26 @@ fn resample(
     Ok(dst.into_vec())
 }
 
-/// RGB images of one size into an NCHW f32 input, channels in the order
-/// `norm` asks for, each value `(v - mean) * scale`.
-pub(super) fn to_input(images: &[Frame], norm: Normalize) -> Result<Blob> {
-    let first = images
-        .first()
-        .ok_or_else(|| Error::internal("no image for a model input"))?;
-    let (w, h) = (first.width as usize, first.height as usize);
-    for img in images {
-        if (img.width as usize, img.height as usize, img.rgb.len()) != (w, h, 3 * w * h) {
-            return Err(Error::internal(format!(
-                "model input: expected 8-bit RGB images of {w}x{h}, got {}x{} ({} bytes)",
-                img.width,
-                img.height,
-                img.rgb.len()
-            )));
-        }
+/// One RGB image appended to a run's NCHW f32 input (its three planes),
+/// channels in the order `norm` asks for, each value `(v - mean) * scale`.
+pub(super) fn append_input(image: &Frame, norm: Normalize, data: &mut Vec<f32>) -> Result<()> {
+    let (w, h) = (image.width as usize, image.height as usize);
+    if image.rgb.len() != 3 * w * h {
+        return Err(Error::internal(format!(
+            "model input: a {w}x{h} RGB image of {} bytes",
+            image.rgb.len()
+        )));
     }
     let order = if norm.rgb { [0, 1, 2] } else { [2, 1, 0] };
     // Each byte's value computed once and looked up: about 3x faster than
     // converting every pixel, same bits. Filled plane by plane, one pass over
     // whole pixels each, never zeroed first.
     let table: [f32; 256] = std::array::from_fn(|v| (v as f32 - norm.mean) * norm.scale);
-    let mut data = Vec::with_capacity(images.len() * 3 * w * h);
-    for img in images {
-        for c in order {
-            data.extend(img.rgb.chunks_exact(3).map(|p| table[usize::from(p[c])]));
-        }
+    data.reserve(3 * w * h);
+    for c in order {
+        data.extend(image.rgb.chunks_exact(3).map(|p| table[usize::from(p[c])]));
     }
-    Ok(Blob {
-        shape: vec![images.len(), 3, h, w],
-        data,
-    })
+    Ok(())
 }
 
 pub(super) fn l2_normalize(v: &[f32]) -> Vec<f32> {
@@ -234,11 +229,12 @@ mod tests {
             mean: 10.0,
             scale: 0.5,
         };
-        let rgb = to_input(std::slice::from_ref(&image), norm).unwrap();
-        assert_eq!(rgb.shape, vec![1, 3, 1, 2]);
-        assert_eq!(rgb.data, vec![0.0, 15.0, 5.0, 20.0, 10.0, 25.0]);
-        let bgr = to_input(&[image], Normalize { rgb: false, ..norm }).unwrap();
-        assert_eq!(bgr.data, vec![10.0, 25.0, 5.0, 20.0, 0.0, 15.0]);
+        let mut rgb = vec![-1.0];
+        append_input(&image, norm, &mut rgb).unwrap();
+        assert_eq!(rgb, vec![-1.0, 0.0, 15.0, 5.0, 20.0, 10.0, 25.0]);
+        let mut bgr = Vec::new();
+        append_input(&image, Normalize { rgb: false, ..norm }, &mut bgr).unwrap();
+        assert_eq!(bgr, vec![10.0, 25.0, 5.0, 20.0, 0.0, 15.0]);
     }
 
     #[test]

@@ -34,10 +34,17 @@ pub struct OnnxSettings {
     /// `None`: ORT_DYLIB_PATH (see onnxruntime.rs).
     pub onnxruntime_library: Option<PathBuf>,
     pub intra_op_threads: usize,
+    /// The most frames, or faces, one model run takes (a model whose batch
+    /// is fixed takes one); 1 runs every item alone; `None`: by where the
+    /// models run (`runs_of`).
+    pub max_engine_batch: Option<usize>,
     /// KIND_GPU instances: the CUDA device onnxruntime runs the models on
     /// (set by the instance, not a parameter); `None`: the CPU.
     pub cuda_device: Option<i32>,
 }
+
+/// `max_engine_batch`'s default on a GPU (docs/gpu.md).
+pub const GPU_ENGINE_BATCH: usize = 32;
 
 /// What runs the models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +89,61 @@ impl OnnxSettings {
             runtime: Runtime::OnnxRuntime,
             onnxruntime_library: None,
             intra_op_threads: 1,
+            max_engine_batch: None,
             cuda_device: None,
         }
+    }
+}
+
+impl OnnxSettings {
+    /// The most items one model run takes. On the CPU one: batches are
+    /// slower there, on both runtimes (docs/benchmarks.md "Batches through
+    /// the models": onnxruntime 154 frames/s one at a time, 126 in runs of
+    /// 8); tract always. On a GPU `max_engine_batch`, by default
+    /// GPU_ENGINE_BATCH. A value set on the CPU is taken as asked.
+    pub fn runs_of(&self) -> usize {
+        match (self.runtime, self.max_engine_batch, self.cuda_device) {
+            (Runtime::Tract, ..) => 1,
+            (_, Some(most), _) => most.max(1),
+            (_, None, Some(_)) => GPU_ENGINE_BATCH,
+            (_, None, None) => 1,
+        }
+    }
+
+    /// Why `runs_of` is 1, for the load log.
+    pub fn why_one_at_a_time(&self) -> &'static str {
+        match (self.runtime, self.max_engine_batch) {
+            (Runtime::Tract, _) => "tract",
+            (_, Some(_)) => "max_engine_batch 1",
+            (_, None) => "the CPU's default",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_item_a_run_on_the_cpu_and_on_tract_runs_on_a_gpu() {
+        let cpu = OnnxSettings::defaults(Path::new("."));
+        let gpu = OnnxSettings {
+            cuda_device: Some(0),
+            ..cpu.clone()
+        };
+        assert_eq!(cpu.runs_of(), 1);
+        assert_eq!(cpu.why_one_at_a_time(), "the CPU's default");
+        assert_eq!(gpu.runs_of(), GPU_ENGINE_BATCH);
+        let asked = |s: &OnnxSettings, n| OnnxSettings {
+            max_engine_batch: Some(n),
+            ..s.clone()
+        };
+        assert_eq!(asked(&cpu, 8).runs_of(), 8);
+        assert_eq!(asked(&gpu, 1).runs_of(), 1);
+        let tract = OnnxSettings {
+            runtime: Runtime::Tract,
+            ..asked(&cpu, 8)
+        };
+        assert_eq!((tract.runs_of(), tract.why_one_at_a_time()), (1, "tract"));
     }
 }

@@ -28,7 +28,7 @@ impl TractNet {
     /// `by_op`; the whole run's time.
     pub(super) fn profile(
         &self,
-        input: Blob,
+        input: &Blob,
         by_op: &mut HashMap<String, Duration>,
     ) -> Result<Duration> {
         let fail = |e: TractError| Error::internal(format!("ONNX inference failed: {e:#}"));
@@ -48,7 +48,7 @@ impl TractNet {
         Ok(start.elapsed())
     }
 
-    pub(super) fn run(&self, input: Blob) -> Result<Vec<Blob>> {
+    pub(super) fn run(&self, input: &Blob) -> Result<Vec<Blob>> {
         let outputs = self
             .plan
             .run(tvec!(into_tract(input)?.into_tvalue()))
@@ -59,7 +59,7 @@ impl TractNet {
     }
 }
 
-fn into_tract(blob: Blob) -> Result<Tensor> {
+fn into_tract(blob: &Blob) -> Result<Tensor> {
     Tensor::from_shape(&blob.shape, &blob.data)
         .map_err(|e| Error::internal(format!("input tensor: {e}")))
 }

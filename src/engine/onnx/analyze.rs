@@ -1,0 +1,207 @@
+//! A batch of frames through the ONNX engine, stage by stage: all frames
+//! through the detector, then every face found through landmarks, then every
+//! face to embed through the embedder (stages.rs runs each model over its
+//! items in as few runs as it allows). A frame whose detection, one of whose
+//! faces, or whose choice of faces fails gets that error alone; the others
+//! go on.
+
+use std::time::{Duration, Instant};
+
+use super::stages::Five;
+use super::OnnxEngine;
+use crate::error::Result;
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
+
+/// Stage times by the bench's finer names.
+pub type StageTimes = Vec<(&'static str, Duration)>;
+
+impl OnnxEngine {
+    /// One result per frame, in order.
+    pub(super) fn analyze_frames(
+        &self,
+        frames: &[(&Frame, Wanted)],
+        laps: &mut Laps,
+    ) -> Vec<Result<Analysis>> {
+        let images: Vec<&Frame> = frames.iter().map(|&(f, _)| f).collect();
+        let mut faces: Vec<Result<Vec<Face>>> = (self.detect(&images).into_iter())
+            .zip(frames)
+            .map(|(found, &(_, wanted))| {
+                let kept = wanted.choose(found?, |&(bbox, _)| bbox)?;
+                Ok(kept
+                    .into_iter()
+                    .map(|(bbox, s)| unaligned(bbox, s))
+                    .collect())
+            })
+            .collect();
+        laps.lap("detector");
+        self.add_landmarks(&images, &mut faces);
+        laps.lap("landmarks");
+        let chips = self.add_chips(frames, &mut faces);
+        laps.lap("align");
+        if !chips.is_empty() {
+            self.add_embeddings(&chips, &mut faces);
+            laps.lap("embedder");
+        }
+        let stages = laps.stages();
+        faces
+            .into_iter()
+            .map(|faces| {
+                Ok(Analysis {
+                    faces: faces?,
+                    stages,
+                })
+            })
+            .collect()
+    }
+
+    /// Every face of the frames still standing through the landmark model
+    /// together; a face that fails fails its frame.
+    fn add_landmarks(&self, images: &[&Frame], faces: &mut [Result<Vec<Face>>]) {
+        let owners = faces_of(faces);
+        let asked: Vec<(&Frame, BoxPx)> = owners
+            .iter()
+            .map(|&(i, k)| (images[i], face(faces, i, k).bbox))
+            .collect();
+        let points: Vec<Result<Five>> = self.landmarks(&asked);
+        for ((i, k), five) in owners.into_iter().zip(points) {
+            match five {
+                Ok(five) => {
+                    if let Ok(list) = &mut faces[i] {
+                        list[k].landmarks = five;
+                    }
+                }
+                Err(e) => faces[i] = Err(e),
+            }
+        }
+    }
+
+    /// The aligned chip of each face whose frame wants embeddings or crops
+    /// (kept as the face's crop when asked); which chips to embed, by owner.
+    fn add_chips(
+        &self,
+        frames: &[(&Frame, Wanted)],
+        faces: &mut [Result<Vec<Face>>],
+    ) -> Vec<((usize, usize), Frame)> {
+        let mut chips = Vec::new();
+        for (i, &(frame, wanted)) in frames.iter().enumerate() {
+            if !(wanted.embeddings || wanted.crops) {
+                continue;
+            }
+            let Ok(list) = &mut faces[i] else { continue };
+            let made: Result<Vec<Frame>> = list
+                .iter()
+                .map(|f| self.chip(frame, &f.landmarks))
+                .collect();
+            match made {
+                Ok(made) => {
+                    for (k, chip) in made.into_iter().enumerate() {
+                        if wanted.crops {
+                            list[k].crop = Some(chip.clone());
+                        }
+                        if wanted.embeddings {
+                            chips.push(((i, k), chip));
+                        }
+                    }
+                }
+                Err(e) => faces[i] = Err(e),
+            }
+        }
+        chips
+    }
+
+    /// Every chip through the embedder together; a face that fails fails
+    /// its frame.
+    fn add_embeddings(&self, chips: &[((usize, usize), Frame)], faces: &mut [Result<Vec<Face>>]) {
+        let images: Vec<&Frame> = chips.iter().map(|(_, chip)| chip).collect();
+        for (&((i, k), _), embedding) in chips.iter().zip(self.embed_chips(&images)) {
+            match embedding {
+                Ok(embedding) => {
+                    if let Ok(list) = &mut faces[i] {
+                        list[k].embedding = embedding;
+                    }
+                }
+                Err(e) => faces[i] = Err(e),
+            }
+        }
+    }
+
+    /// One frame with the bench's finer stage times.
+    pub fn analyze_timed(
+        &mut self,
+        frame: &Frame,
+        max_faces: usize,
+    ) -> Result<(Vec<Face>, StageTimes)> {
+        let _flush = super::FlushDenormals::new(self.settings.flush_denormals);
+        let mut laps = Laps::new();
+        let mut done = self.analyze_frames(&[(frame, Wanted::all(max_faces))], &mut laps);
+        let analysis = done.pop().expect("one result per frame")?;
+        Ok((analysis.faces, laps.times))
+    }
+}
+
+/// (frame, face) of every face of the frames that have not failed.
+fn faces_of(faces: &[Result<Vec<Face>>]) -> Vec<(usize, usize)> {
+    (faces.iter().enumerate())
+        .filter_map(|(i, f)| f.as_ref().ok().map(|list| (i, list.len())))
+        .flat_map(|(i, n)| (0..n).map(move |k| (i, k)))
+        .collect()
+}
+
+fn face(faces: &[Result<Vec<Face>>], i: usize, k: usize) -> &Face {
+    &faces[i].as_ref().expect("listed by faces_of")[k]
+}
+
+/// A detected face before its landmarks.
+fn unaligned(bbox: BoxPx, score: f32) -> Face {
+    Face {
+        bbox,
+        score: Some(score),
+        landmarks: [[0.0; 2]; 5],
+        embedding: Vec::new(),
+        crop: None,
+    }
+}
+
+/// The time each stage of a batch took: each `lap` adds the time since the
+/// last one to the stage it names. Every frame of a batch reports its
+/// batch's stage times: what it waited for.
+pub(super) struct Laps {
+    last: Instant,
+    times: StageTimes,
+}
+
+impl Laps {
+    pub(super) fn new() -> Self {
+        Laps {
+            last: Instant::now(),
+            times: Vec::new(),
+        }
+    }
+
+    pub(super) fn lap(&mut self, stage: &'static str) {
+        let now = Instant::now();
+        let spent = now - self.last;
+        self.last = now;
+        match self.times.iter_mut().find(|(s, _)| *s == stage) {
+            Some((_, total)) => *total += spent,
+            None => self.times.push((stage, spent)),
+        }
+    }
+
+    /// The answer's stages: the alignment counts as embedding (it makes the
+    /// embedder's input).
+    fn stages(&self) -> Stages {
+        let sum = |names: &[&str]| -> Duration {
+            self.times
+                .iter()
+                .filter(|(s, _)| names.contains(s))
+                .map(|(_, d)| *d)
+                .sum()
+        };
+        Stages {
+            detection: sum(&["detector"]),
+            landmarks: sum(&["landmarks"]),
+            embedding: sum(&["align", "embedder"]),
+        }
+    }
+}

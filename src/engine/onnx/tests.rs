@@ -1,0 +1,212 @@
+//! The batched path against one item at a time, on the sample models
+//! (assets/onnx: the batch-free copies; assets/onnx/fixed_batch: the
+//! originals) and real photos, through onnxruntime.
+
+use super::net::{load_net, RuntimeChoice};
+use super::*;
+use crate::engine::test_assets;
+use crate::error::ErrorKind;
+use crate::pipeline::image::frame_from_encoded;
+
+/// The sample models of `dir` (under assets/) with `max_engine_batch`.
+fn engine(dir: &str, max_engine_batch: usize) -> OnnxEngine {
+    let models = test_assets(dir);
+    let settings = OnnxSettings {
+        landmark_model: Some(models.join("fr_landmark.onnx")),
+        detector_model: models.join("fr_detect.onnx"),
+        embedder_model: models.join("fr_feature.onnx"),
+        max_engine_batch: Some(max_engine_batch),
+        ..OnnxSettings::defaults(&models)
+    };
+    OnnxEngine::load(&settings)
+        .unwrap_or_else(|e| panic!("{e}: run the tests through scripts/test.sh"))
+}
+
+/// No face, one, five; four sizes from 480 to 1137 pixels high.
+const PHOTOS: [&str; 5] = [
+    "obama.jpg",
+    "noface.jpg",
+    "group5_480.jpg",
+    "biden.jpg",
+    "obama2.jpg",
+];
+
+fn photo(name: &str) -> Frame {
+    let bytes = std::fs::read(test_assets("photos").join(name)).unwrap();
+    frame_from_encoded(name, &bytes, 40_000_000).unwrap()
+}
+
+/// What each frame asks, varied: everything; boxes only with crops; the
+/// largest two faces.
+fn wanted(i: usize) -> Wanted {
+    match i % 3 {
+        0 => Wanted::all(64),
+        1 => Wanted {
+            embeddings: false,
+            crops: true,
+            ..Wanted::all(64)
+        },
+        _ => Wanted {
+            max_faces: Some(2),
+            ..Wanted::all(64)
+        },
+    }
+}
+
+/// The same faces: boxes and landmarks within 1 px, embeddings within a
+/// cosine distance of 0.005, the same crops.
+fn assert_same(got: &Analysis, want: &Analysis, what: &str) {
+    assert_eq!(got.faces.len(), want.faces.len(), "{what}: faces");
+    for (a, b) in got.faces.iter().zip(&want.faces) {
+        let corners = |f: &Face| [f.bbox.left, f.bbox.top, f.bbox.right, f.bbox.bottom];
+        let points = |f: &Face| f.landmarks.concat();
+        for (x, y) in
+            (corners(a).into_iter().chain(points(a))).zip(corners(b).into_iter().chain(points(b)))
+        {
+            assert!((x - y).abs() <= 1.0, "{what}: {x} against {y}");
+        }
+        assert_eq!(a.embedding.len(), b.embedding.len(), "{what}");
+        if !a.embedding.is_empty() {
+            let distance = Metric::Cosine.distance(&a.embedding, &b.embedding);
+            assert!(distance <= 0.005, "{what}: embeddings {distance} apart");
+        }
+        assert_eq!(
+            a.crop.as_ref().map(|c| &c.rgb),
+            b.crop.as_ref().map(|c| &c.rgb),
+            "{what}: crops"
+        );
+    }
+}
+
+fn one_at_a_time(engine: &mut OnnxEngine, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+    frames
+        .iter()
+        .map(|&item| engine.analyze(&[item]).pop().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_batch_answers_as_one_frame_at_a_time() {
+    let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
+    let mut batched = engine("onnx", 32);
+    let mut alone = engine("onnx", 1);
+    for n in [1, 2, 7, 33] {
+        let frames: Vec<(&Frame, Wanted)> = (0..n)
+            .map(|i| (&photos[i % photos.len()], wanted(i)))
+            .collect();
+        let want = one_at_a_time(&mut alone, &frames);
+        let got = batched.analyze(&frames);
+        assert_eq!(got.len(), n);
+        let mut faces = 0;
+        for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+            let (got, want) = (got.as_ref().unwrap(), want.as_ref().unwrap());
+            assert_same(got, want, &format!("{n} frames, frame {i}"));
+            faces += got.faces.len();
+        }
+        // 33 frames: the detector in two runs, and more faces than one run takes.
+        assert!(n < 33 || faces > 32, "{n} frames: {faces} faces");
+    }
+}
+
+#[test]
+fn the_fixed_batch_originals_answer_as_their_batch_free_copies() {
+    let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
+    let frames: Vec<(&Frame, Wanted)> = photos.iter().map(|p| (p, Wanted::all(64))).collect();
+    let mut fixed = engine("onnx/fixed_batch", 32);
+    let mut free = engine("onnx", 32);
+    for (i, (a, b)) in fixed
+        .analyze(&frames)
+        .iter()
+        .zip(free.analyze(&frames))
+        .enumerate()
+    {
+        assert_same(a.as_ref().unwrap(), &b.unwrap(), PHOTOS[i]);
+    }
+    assert!(
+        fixed
+            .describe()
+            .contains("one item a run (every model's batch dimension is fixed)"),
+        "{}",
+        fixed.describe()
+    );
+    assert!(
+        free.describe().contains("batched, up to 32 items a run"),
+        "{}",
+        free.describe()
+    );
+}
+
+#[test]
+fn a_failed_frame_fails_alone() {
+    let (obama, group, biden) = (
+        photo("obama.jpg"),
+        photo("group5_480.jpg"),
+        photo("biden.jpg"),
+    );
+    let broken = Frame {
+        width: 640,
+        height: 480,
+        rgb: vec![0; 100],
+    };
+    let at_most_two = Wanted::all(2);
+    let frames = [
+        (&obama, Wanted::all(64)),
+        (&group, at_most_two),
+        (&broken, Wanted::all(64)),
+        (&biden, Wanted::all(64)),
+    ];
+    let mut batched = engine("onnx", 32);
+    let got = batched.analyze(&frames);
+    let want = one_at_a_time(&mut engine("onnx", 1), &frames);
+    let too_many = got[1].as_ref().unwrap_err();
+    assert_eq!(too_many.kind(), ErrorKind::InvalidInput, "{too_many}");
+    assert!(got[2].is_err(), "a frame of 100 bytes for 640x480");
+    for i in [0, 3] {
+        let (got, want) = (got[i].as_ref().unwrap(), want[i].as_ref().unwrap());
+        assert_eq!(got.faces.len(), 1);
+        assert_same(got, want, &format!("frame {i}"));
+    }
+}
+
+/// A run the model refuses (here: three items for a model whose batch is
+/// fixed, told it is free) is run again item by item; an item whose input
+/// cannot be made fails alone.
+#[test]
+fn a_run_that_fails_is_run_again_one_item_at_a_time() {
+    let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
+    let path = test_assets("onnx/fixed_batch/fr_feature.onnx");
+    let mut net = load_net(
+        "embedder_model",
+        &path,
+        None,
+        &runtime,
+        Hygiene::default(),
+        false,
+    )
+    .unwrap();
+    assert!(!net.batch_free);
+    net.batch_free = true;
+    let chips: Vec<Vec<f32>> = (0..4)
+        .map(|i| {
+            (0..3 * 112 * 112)
+                .map(|v| ((v * (i + 3)) % 251) as f32 / 128.0 - 1.0)
+                .collect()
+        })
+        .collect();
+    let fill = |chip: &Vec<f32>, data: &mut Vec<f32>| {
+        if chip[1] == chips[2][1] {
+            return Err(Error::invalid("no input for this one"));
+        }
+        data.extend(chip);
+        Ok(())
+    };
+    let together = net.run_items(&chips, 4, fill);
+    let alone = net.run_items(&chips, 1, fill);
+    assert_eq!(together.len(), 4);
+    for (i, (a, b)) in together.iter().zip(&alone).enumerate() {
+        match i {
+            2 => assert!(a.is_err() && b.is_err()),
+            _ => assert_eq!(a.as_ref().unwrap(), b.as_ref().unwrap(), "item {i}"),
+        }
+    }
+}
