@@ -68,19 +68,25 @@ impl OnnxEngine {
             let path = model_file(what, path)?;
             load_net(what, path, size, &runtime, settings.hygiene, max_batch == 1)
         };
-        let detector = load(
+        let mut detector = load(
             "detector_model",
             &settings.detector_model,
             settings.detector_size,
         )?;
-        let landmarks = match &settings.landmark_model {
+        let mut landmarks = match &settings.landmark_model {
             Some(p) => load("landmark_model", p, None)?,
             None => return Err(Error::invalid(
                 "the ultraface detector gives no landmarks: set the `landmark_model` parameter \
                      (a 68-point model) so faces can be aligned",
             )),
         };
-        let embedder = load("embedder_model", &settings.embedder_model, None)?;
+        let mut embedder = load("embedder_model", &settings.embedder_model, None)?;
+        if settings.cuda_device.is_some() && max_batch > 1 {
+            for net in [&mut detector, &mut landmarks, &mut embedder] {
+                net.pad_runs = net.batch_free;
+                net.warm_up(max_batch)?;
+            }
+        }
         // One dry run tells the embedding length.
         let probe = Blob::zeros(&[1, embedder.shape[1], embedder.shape[2], embedder.shape[3]]);
         let embedding_len = Blob::output(&embedder.run(&probe)?, 0)?.len();
@@ -122,7 +128,10 @@ impl OnnxEngine {
         let names =
             |nets: Vec<(&str, &Net)>| nets.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ");
         match (free.is_empty(), fixed.is_empty()) {
-            (_, true) => format!("; batched, up to {most} items a run"),
+            (_, true) => format!(
+                "; batched, up to {most} items a run{}",
+                self.describe_padding()
+            ),
             (true, _) => "; one item a run (every model's batch dimension is fixed)".into(),
             _ => format!(
                 "; batched, up to {most} items a run: {}; one item a run (batch dimension \
@@ -130,6 +139,13 @@ impl OnnxEngine {
                 names(free),
                 names(fixed)
             ),
+        }
+    }
+
+    fn describe_padding(&self) -> &'static str {
+        match self.detector.pad_runs {
+            true => " (padded to powers of two, each size run once at load)",
+            false => "",
         }
     }
 

@@ -34,6 +34,11 @@ pub(super) struct Net {
     pub(super) cleaned: Report,
     /// On tract, which ops run on the engine's own kernels (tract_ops).
     pub(super) own_kernels: Option<OwnKernels>,
+    /// Runs padded with blank items to a power of two (`padded`): on a GPU
+    /// each input shape costs cuDNN a search for its convolutions' kernels
+    /// the first time, so the card sees a few shapes, each met at load
+    /// (`warm_up`), instead of one per run size.
+    pub(super) pad_runs: bool,
 }
 
 /// The model file a parameter names; a missing one fails the load naming the
@@ -125,6 +130,7 @@ pub(super) fn load_net(
         batch_free,
         cleaned,
         own_kernels,
+        pad_runs: false,
     })
 }
 
@@ -244,8 +250,10 @@ impl Net {
                     done
                 })
                 .collect();
-            input.shape[0] = filled.iter().filter(|f| f.is_ok()).count();
-            let mut outputs = self.run_filled(&input).into_iter();
+            let count = filled.iter().filter(|f| f.is_ok()).count();
+            input.shape[0] = self.padded(count, max);
+            input.data.resize(input.shape[0] * per_item, 0.0);
+            let mut outputs = self.run_filled(&input).into_iter().take(count);
             results.extend(filled.into_iter().map(|f| {
                 f.and_then(|()| {
                     outputs
@@ -255,6 +263,34 @@ impl Net {
             }));
         }
         results
+    }
+
+    /// The items a run of `count` is made of: `count`, or with `pad_runs`
+    /// the next power of two (at most the run's limit).
+    pub(super) fn padded(&self, count: usize, max: usize) -> usize {
+        match self.pad_runs && count > 0 {
+            true => count.next_power_of_two().min(self.per_run(max)).max(count),
+            false => count,
+        }
+    }
+
+    /// With `pad_runs`, one run of blank items at each size a run can
+    /// have, so that no request pays for the first run of a shape.
+    pub(super) fn warm_up(&self, max: usize) -> Result<()> {
+        if !self.pad_runs {
+            return Ok(());
+        }
+        let mut sizes: Vec<usize> = (0..usize::BITS)
+            .map(|b| 1 << b)
+            .take_while(|&n| n < self.per_run(max))
+            .collect();
+        sizes.push(self.per_run(max));
+        for n in sizes {
+            let mut shape = self.shape.clone();
+            shape[0] = n;
+            self.run(&Blob::zeros(&shape))?;
+        }
+        Ok(())
     }
 
     /// One run over `input`'s items (its first dimension), each item's

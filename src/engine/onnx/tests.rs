@@ -210,3 +210,50 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
         }
     }
 }
+
+/// On a GPU a run is padded with blank items to a power of two: the blank
+/// items' outputs are dropped, the others' are those of a run without them.
+#[test]
+fn a_padded_run_answers_as_an_unpadded_one() {
+    let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
+    let path = test_assets("onnx/fr_landmark.onnx");
+    let mut net = load_net(
+        "landmark_model",
+        &path,
+        None,
+        &runtime,
+        Hygiene::default(),
+        false,
+    )
+    .unwrap();
+    let crops: Vec<Vec<f32>> = (0..5)
+        .map(|i| {
+            (0..64 * 64)
+                .map(|v| ((v * (i + 5)) % 256) as f32 / 256.0)
+                .collect()
+        })
+        .collect();
+    let fill = |crop: &Vec<f32>, data: &mut Vec<f32>| {
+        data.extend(crop);
+        Ok(())
+    };
+    let plain = net.run_items(&crops, 8, fill);
+    net.pad_runs = true;
+    net.warm_up(8).unwrap();
+    for max in [8, 4] {
+        let padded = net.run_items(&crops, max, fill);
+        assert_eq!(padded.len(), 5);
+        for (a, b) in padded.iter().zip(&plain) {
+            assert_eq!(
+                a.as_ref().unwrap(),
+                b.as_ref().unwrap(),
+                "runs of at most {max}"
+            );
+        }
+    }
+    assert_eq!(
+        (net.padded(5, 8), net.padded(3, 8), net.padded(5, 6)),
+        (8, 4, 6)
+    );
+    assert_eq!((net.padded(1, 8), net.padded(0, 8)), (1, 0));
+}
