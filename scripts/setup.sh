@@ -157,7 +157,7 @@ step_venv() {
         fi
         log "venv: pip install -r scripts/requirements.txt (log: ${logf#"$REPO_ROOT"/}; ~1 min)"
         run_logged "$logf" "${PIP[@]}" install --progress-bar off -r "$req"
-        run_logged "$logf" "$PY" -c 'import tritonclient.http, tritonclient.grpc, jsonschema, PIL, numpy, onnx, pytest, pytriton, kubernetes_validate, yaml'
+        run_logged "$logf" "$PY" -c 'import tritonclient.http, tritonclient.grpc, jsonschema, PIL, numpy, pytest, pytriton, kubernetes_validate, yaml'
         printf '%s\n' "$want" >"$stamp"
         log "venv: done"
     fi
@@ -299,12 +299,6 @@ from PIL import Image
 fmt = {"png": "PNG", "webp": "WEBP", "bmp": "BMP"}[sys.argv[3]]
 Image.open(sys.argv[1]).convert("RGB").save(sys.argv[2], fmt)' \
                 "$input" "$target.tmp" "${target##*.}"
-            ;;
-        fr_detect.onnx | fr_landmark.onnx | fr_feature.onnx)
-            # The published model with its batch dimension made free, checked on the photos
-            # to answer as the original, one image at a time and as one batch.
-            run_logged "$logf" "$PY" "$REPO_ROOT/scripts/batch_free.py" "$input" "$target.tmp" \
-                --photos "$REPO_ROOT/assets/photos"
             ;;
         *) die "assets: no recipe in setup.sh for the derived asset $target" ;;
     esac
