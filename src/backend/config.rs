@@ -208,6 +208,7 @@ impl Settings {
         // would never get work, and each holds a copy of the engine.
         let most = usize::try_from(max_batch.max(1)).unwrap_or(usize::MAX);
         settings.batch_threads = settings.batch_threads.clamp(1, most);
+        settings.onnx.max_frames = most.div_ceil(settings.batch_threads);
         if let Some(batching) = config.get("sequence_batching") {
             let key = "max_sequence_idle_microseconds";
             // 0 (or absent) is Triton's "unset": its own default holds.
@@ -321,8 +322,13 @@ mod tests {
         assert_eq!(s.max_gallery_size, 1_000_000);
         assert!(!s.return_embeddings && !s.batched && s.sequence.is_none());
         assert_eq!(s.min_compute_capability, Capability::DEFAULT_MIN);
-        // The ONNX engine's own defaults and the table's agree.
-        assert_eq!(s.onnx, OnnxSettings::defaults(Path::new("/m/1")));
+        // The ONNX engine's own defaults and the table's agree; an Execute
+        // without a batch dimension brings one frame.
+        let one_frame = OnnxSettings {
+            max_frames: 1,
+            ..OnnxSettings::defaults(Path::new("/m/1"))
+        };
+        assert_eq!(s.onnx, one_frame);
     }
 
     #[test]

@@ -123,6 +123,10 @@ fn positive<T: FromStr + PartialOrd + std::default::Default>(v: &str) -> Option<
     v.parse().ok().filter(|n| *n > T::default())
 }
 
+/// `max_engine_batch`'s largest value: the runs' inputs (a 320x240 detector
+/// input is 0.9 MB) and, on a GPU, the warm-up at load stay bounded.
+const MAX_ENGINE_BATCH: usize = 1024;
+
 /// `detect_every`, `reidentify_every`: 1 to `MAX_CADENCE`.
 fn cadence(v: &str) -> Option<u32> {
     positive(v).filter(|n| *n <= MAX_CADENCE)
@@ -617,10 +621,25 @@ pub static PARAMETERS: &[Parameter] = &[
         ),
         meaning: "the most frames (detector) or faces (landmarks, embedder) one model run takes: \
                   an Execute's frames go through each model together, in runs of at most this \
-                  many; a model whose batch dimension is fixed runs one at a time, and the load \
-                  log says which batch",
+                  many (at most 1024); a model whose batch dimension is fixed runs one at a time, \
+                  and the load log says which batch",
         section: Section::Onnx,
-        apply: |d, v| positive(v).map(|n| d.settings.onnx.max_engine_batch = Some(n)),
+        apply: |d, v| {
+            let most = positive(v).filter(|n| *n <= MAX_ENGINE_BATCH);
+            most.map(|n| d.settings.onnx.max_engine_batch = Some(n))
+        },
+    },
+    Parameter {
+        name: "free_batch",
+        kind: Kind::Bool,
+        default: Default::Value("false"),
+        meaning: "a model exported with a fixed batch of 1 has it made free at load, in memory \
+                  (its input's and outputs' first dimension, a constant `Reshape` to `[1, ...]` \
+                  made `[0, ...]`), so that it can take runs of several items; any model that \
+                  takes runs is first checked to answer two inputs run together as each alone, \
+                  else it runs one at a time, and the load log says so",
+        section: Section::Onnx,
+        apply: |d, v| flag(v).map(|b| d.settings.onnx.free_batch = b),
     },
 ];
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::stages::Five;
 use super::OnnxEngine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
 
 /// Stage times by the bench's finer names.
@@ -63,16 +63,7 @@ impl OnnxEngine {
             .map(|&(i, k)| (images[i], face(faces, i, k).bbox))
             .collect();
         let points: Vec<Result<Five>> = self.landmarks(&asked);
-        for ((i, k), five) in owners.into_iter().zip(points) {
-            match five {
-                Ok(five) => {
-                    if let Ok(list) = &mut faces[i] {
-                        list[k].landmarks = five;
-                    }
-                }
-                Err(e) => faces[i] = Err(e),
-            }
-        }
+        settle(faces, &owners, points, |face, five| face.landmarks = five);
     }
 
     /// The aligned chip of each face whose frame wants embeddings or crops
@@ -103,7 +94,7 @@ impl OnnxEngine {
                         }
                     }
                 }
-                Err(e) => faces[i] = Err(e),
+                Err(e) => fail(faces, i, e),
             }
         }
         chips
@@ -113,16 +104,9 @@ impl OnnxEngine {
     /// its frame.
     fn add_embeddings(&self, chips: &[((usize, usize), Frame)], faces: &mut [Result<Vec<Face>>]) {
         let images: Vec<&Frame> = chips.iter().map(|(_, chip)| chip).collect();
-        for (&((i, k), _), embedding) in chips.iter().zip(self.embed_chips(&images)) {
-            match embedding {
-                Ok(embedding) => {
-                    if let Ok(list) = &mut faces[i] {
-                        list[k].embedding = embedding;
-                    }
-                }
-                Err(e) => faces[i] = Err(e),
-            }
-        }
+        let owners: Vec<(usize, usize)> = chips.iter().map(|&(owner, _)| owner).collect();
+        let embeddings = self.embed_chips(&images);
+        settle(faces, &owners, embeddings, |face, e| face.embedding = e);
     }
 
     /// One frame with the bench's finer stage times.
@@ -136,6 +120,42 @@ impl OnnxEngine {
         let mut done = self.analyze_frames(&[(frame, Wanted::all(max_faces))], &mut laps);
         let analysis = done.pop().expect("one result per frame")?;
         Ok((analysis.faces, laps.times))
+    }
+}
+
+/// Each stage result given to its face (`owners`: frame, face), with `put`;
+/// a frame whose face failed takes that face's error (the first, if
+/// several). A result missing for a face fails its frame too.
+fn settle<T>(
+    faces: &mut [Result<Vec<Face>>],
+    owners: &[(usize, usize)],
+    results: Vec<Result<T>>,
+    put: impl Fn(&mut Face, T),
+) {
+    if results.len() != owners.len() {
+        let why = format!(
+            "a stage gave {} results for {} faces",
+            results.len(),
+            owners.len()
+        );
+        for &(i, _) in owners {
+            fail(faces, i, Error::internal(why.clone()));
+        }
+        return;
+    }
+    for (&(i, k), result) in owners.iter().zip(results) {
+        match (result, &mut faces[i]) {
+            (Ok(value), Ok(list)) => put(&mut list[k], value),
+            (Err(e), _) => fail(faces, i, e),
+            (Ok(_), Err(_)) => {}
+        }
+    }
+}
+
+/// Frame `i` fails with `e`, unless it failed already.
+fn fail(faces: &mut [Result<Vec<Face>>], i: usize, e: Error) {
+    if faces[i].is_ok() {
+        faces[i] = Err(e);
     }
 }
 

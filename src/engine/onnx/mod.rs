@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Wanted};
 use analyze::Laps;
 use blob::Blob;
-use net::{load_net, model_file, Net, RuntimeChoice};
+use net::{load_net, model_file, BatchDim, Batching, Net, RuntimeChoice};
 
 pub use analyze::StageTimes;
 pub use hygiene::Hygiene;
@@ -64,9 +64,14 @@ impl OnnxEngine {
     pub fn load(settings: &OnnxSettings) -> Result<Self> {
         let runtime = RuntimeChoice::of(settings)?;
         let max_batch = settings.runs_of();
+        let batching = match (max_batch, settings.free_batch) {
+            (1, _) => Batching::OneAtATime,
+            (_, true) => Batching::Freed,
+            (_, false) => Batching::AsDeclared,
+        };
         let load = |what: &str, path: &Path, size| {
             let path = model_file(what, path)?;
-            load_net(what, path, size, &runtime, settings.hygiene, max_batch == 1)
+            load_net(what, path, size, &runtime, settings.hygiene, batching)
         };
         let mut detector = load(
             "detector_model",
@@ -81,10 +86,12 @@ impl OnnxEngine {
             )),
         };
         let mut embedder = load("embedder_model", &settings.embedder_model, None)?;
+        detector.most = max_batch.min(settings.max_frames);
+        (landmarks.most, embedder.most) = (max_batch, max_batch);
         if settings.cuda_device.is_some() && max_batch > 1 {
             for net in [&mut detector, &mut landmarks, &mut embedder] {
-                net.pad_runs = net.batch_free;
-                net.warm_up(max_batch)?;
+                net.pad_runs = net.batch.takes_batches();
+                net.warm_up()?;
             }
         }
         // One dry run tells the embedding length.
@@ -116,34 +123,43 @@ impl OnnxEngine {
         ]
     }
 
-    /// Which models take a batch, for the load log: a model whose first
-    /// input dimension is fixed runs one item at a time.
+    /// Whether any model takes runs of several items.
+    fn batches(&self) -> bool {
+        self.max_batch > 1 && self.nets().iter().any(|(_, n)| n.batch.takes_batches())
+    }
+
+    /// Which models take a batch, and why the others do not, for the load
+    /// log.
     fn describe_batches(&self) -> String {
-        let most = self.max_batch;
-        if most == 1 {
+        if self.max_batch == 1 {
             return format!("; one item a run ({})", self.settings.why_one_at_a_time());
         }
-        let (free, fixed): (Vec<_>, Vec<_>) =
-            self.nets().into_iter().partition(|(_, n)| n.batch_free);
-        let names =
-            |nets: Vec<(&str, &Net)>| nets.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ");
-        match (free.is_empty(), fixed.is_empty()) {
-            (_, true) => format!(
-                "; batched, up to {most} items a run{}",
-                self.describe_padding()
-            ),
-            (true, _) => "; one item a run (every model's batch dimension is fixed)".into(),
-            _ => format!(
-                "; batched, up to {most} items a run: {}; one item a run (batch dimension \
-                 fixed): {}",
-                names(free),
-                names(fixed)
-            ),
+        let (mut batched, mut alone) = (Vec::new(), Vec::new());
+        for (what, net) in self.nets() {
+            match &net.batch {
+                BatchDim::Free => batched.push(what.to_string()),
+                BatchDim::Freed => batched.push(format!("{what} (its batch of 1 freed at load)")),
+                BatchDim::Fixed => alone.push(format!("{what} (its batch fixed in the file)")),
+                BatchDim::Unfit(why) => alone.push(format!("{what} ({why})")),
+            }
         }
+        let mut text = String::new();
+        if !batched.is_empty() {
+            text += &format!(
+                "; batched, up to {} items a run{}: {}",
+                self.max_batch,
+                self.describe_padding(),
+                batched.join(", ")
+            );
+        }
+        if !alone.is_empty() {
+            text += &format!("; one item a run: {}", alone.join(", "));
+        }
+        text
     }
 
     fn describe_padding(&self) -> &'static str {
-        match self.detector.pad_runs {
+        match self.nets().iter().any(|(_, n)| n.pad_runs) {
             true => " (padded to powers of two, each size run once at load)",
             false => "",
         }
@@ -218,7 +234,7 @@ impl Engine for OnnxEngine {
     }
     fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
-        if self.max_batch > 1 {
+        if self.batches() {
             return self.analyze_frames(frames, &mut Laps::new());
         }
         // One item a run: each frame through all stages before the next,

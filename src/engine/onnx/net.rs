@@ -27,9 +27,14 @@ pub(super) enum Runner {
 
 pub(super) struct Net {
     runner: Runner,
-    /// Input shape, batch first; `batch_free` when the batch dim is symbolic.
+    /// Input shape, batch first (1 when free).
     pub(super) shape: Vec<usize>,
-    pub(super) batch_free: bool,
+    /// Whether a run takes several items, and why (for the load log).
+    pub(super) batch: BatchDim,
+    /// The most items one run takes when it takes several (set by the
+    /// engine: max_engine_batch, for the detector at most the frames an
+    /// Execute can bring).
+    pub(super) most: usize,
     /// What hygiene did to it, for the load log.
     pub(super) cleaned: Report,
     /// On tract, which ops run on the engine's own kernels (tract_ops).
@@ -55,16 +60,47 @@ pub(super) fn model_file<'a>(key: &str, path: &'a Path) -> Result<&'a Path> {
     }
 }
 
+/// What the engine asks of a model's batch dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Batching {
+    /// One item a run: a free batch is fixed to 1 (batch_dim.rs).
+    OneAtATime,
+    /// Runs of several where the file's batch is free.
+    AsDeclared,
+    /// Runs of several, a fixed batch of 1 freed first (`free_batch`).
+    Freed,
+}
+
+/// How a loaded model takes a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum BatchDim {
+    /// One item a run: fixed in the file, or asked.
+    Fixed,
+    /// Free in the file.
+    Free,
+    /// A fixed batch of 1 freed at load.
+    Freed,
+    /// Free (or freed), but two items run together did not answer as each
+    /// alone: run one at a time; why.
+    Unfit(String),
+}
+
+impl BatchDim {
+    pub(super) fn takes_batches(&self) -> bool {
+        matches!(self, BatchDim::Free | BatchDim::Freed)
+    }
+}
+
 /// Load, clean (hygiene.rs), type, optimize and plan a model once. `size`
 /// fixes the input's height and width (for models whose spatial dims are
-/// free); `one_at_a_time` fixes a free batch dimension to 1 (batch_dim.rs).
+/// free); `batching` says what becomes of its batch dimension.
 pub(super) fn load_net(
     what: &str,
     path: &Path,
     size: Option<(usize, usize)>,
     runtime: &RuntimeChoice,
     hygiene: Hygiene,
-    one_at_a_time: bool,
+    batching: Batching,
 ) -> Result<Net> {
     let fail = |e: TractError| {
         Error::unavailable(format!(
@@ -88,10 +124,13 @@ pub(super) fn load_net(
     } else {
         hygiene::clean(&mut proto, hygiene, runtime.prelu_form())
     };
-    let batch_free = batch_dim::is_free(&proto) && !one_at_a_time;
-    if one_at_a_time {
-        batch_dim::fix_to_one(&mut proto);
-    }
+    // onnxruntime reads a model with external data from its file: no change
+    // made here reaches it, so its batch stays as declared.
+    let batching = match external {
+        true => Batching::AsDeclared,
+        false => batching,
+    };
+    let batch = batch_of(&mut proto, batching);
     let dir = path.parent().and_then(Path::to_str);
     let parsed = onnx.parse(&proto, dir).map_err(fail)?;
     let mut model = parsed.model;
@@ -124,14 +163,34 @@ pub(super) fn load_net(
             Runner::Ort(OrtNet::load(what, &bytes, library, *threads, *cuda_device)?)
         }
     };
-    Ok(Net {
+    let mut net = Net {
         runner,
         shape,
-        batch_free,
+        batch,
+        most: 1,
         cleaned,
         own_kernels,
         pad_runs: false,
-    })
+    };
+    if net.batch.takes_batches() {
+        if let Err(why) = net.answers_alike_together() {
+            net.batch = BatchDim::Unfit(why);
+        }
+    }
+    Ok(net)
+}
+
+/// The model's batch dimension made what `batching` asks, where it can be.
+fn batch_of(proto: &mut tract_onnx::pb::ModelProto, batching: Batching) -> BatchDim {
+    match batching {
+        Batching::OneAtATime => {
+            batch_dim::fix_to_one(proto);
+            BatchDim::Fixed
+        }
+        _ if batch_dim::is_free(proto) => BatchDim::Free,
+        Batching::Freed if batch_dim::free(proto) => BatchDim::Freed,
+        _ => BatchDim::Fixed,
+    }
 }
 
 /// The input's NCHW shape (batch 1 when free); C, H and W must be fixed.
@@ -202,17 +261,50 @@ impl Net {
         }
     }
 
-    /// The most items one run takes: `max` when the batch is free, else 1.
-    pub(super) fn per_run(&self, max: usize) -> usize {
-        if self.batch_free {
-            max.max(1)
-        } else {
-            1
+    /// The most items one run takes: `most` when it takes batches, else 1.
+    pub(super) fn per_run(&self) -> usize {
+        match self.batch.takes_batches() {
+            true => self.most.max(1),
+            false => 1,
         }
     }
 
-    /// `items` through the model, at most `max` in one run (one at a time
-    /// when its batch is fixed). `fill` appends an item's input values
+    /// Two different items run together answer as each run alone (within
+    /// 1e-3 of each value's size: a GPU's kernels may differ by run size);
+    /// else why not. A model whose file declares a free batch that its
+    /// graph mixes or pins would otherwise answer wrong, or fail every run.
+    fn answers_alike_together(&self) -> std::result::Result<(), String> {
+        let per_item: usize = self.shape[1..].iter().product();
+        // Two inputs of values in [-1, 1), different in every position.
+        let item = |seed: usize| -> Vec<f32> {
+            (0..per_item)
+                .map(|v| ((v * 7919 + seed * 104_729) % 1000) as f32 / 500.0 - 1.0)
+                .collect()
+        };
+        let run = |data: Vec<f32>, n: usize| {
+            let mut shape = self.shape.clone();
+            shape[0] = n;
+            self.run(&Blob { shape, data })
+                .and_then(|out| split(out, n))
+        };
+        let (a, b) = (item(1), item(2));
+        let alone = [run(a.clone(), 1), run(b.clone(), 1)];
+        let together = run([a, b].concat(), 2).map_err(|e| format!("a run of two failed: {e}"))?;
+        for (i, (got, want)) in together.iter().zip(alone).enumerate() {
+            let want = want.map_err(|e| format!("a run of one failed: {e}"))?;
+            let want = want.into_iter().next().unwrap_or_default();
+            let same = (got.iter().zip(&want))
+                .all(|(g, w)| g.len() == w.len() && g.iter().zip(w).all(|(x, y)| close(*x, *y)));
+            if !same || got.len() != want.len() {
+                return Err(format!(
+                    "item {i} of a run of two differs from its run alone"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `items` through the model, at most `per_run` in one run. `fill` appends an item's input values
     /// ([C, H, W] of the model's shape) to the run's input. One result per
     /// item, in order: its share of each output, or why it failed. An item
     /// `fill` refuses fails alone; so does one the model fails on, since a
@@ -220,7 +312,6 @@ impl Net {
     pub(super) fn run_items<T>(
         &self,
         items: &[T],
-        max: usize,
         mut fill: impl FnMut(&T, &mut Vec<f32>) -> Result<()>,
     ) -> Vec<Result<ItemOutputs>> {
         let per_item: usize = self.shape[1..].iter().product();
@@ -229,7 +320,7 @@ impl Net {
             shape: self.shape.clone(),
             data: Vec::new(),
         };
-        for chunk in items.chunks(self.per_run(max)) {
+        for chunk in items.chunks(self.per_run()) {
             input.data.clear();
             let filled: Vec<Result<()>> = chunk
                 .iter()
@@ -251,9 +342,9 @@ impl Net {
                 })
                 .collect();
             let count = filled.iter().filter(|f| f.is_ok()).count();
-            input.shape[0] = self.padded(count, max);
+            input.shape[0] = self.padded(count);
             input.data.resize(input.shape[0] * per_item, 0.0);
-            let mut outputs = self.run_filled(&input).into_iter().take(count);
+            let mut outputs = self.run_filled(&input, count).into_iter();
             results.extend(filled.into_iter().map(|f| {
                 f.and_then(|()| {
                     outputs
@@ -266,25 +357,25 @@ impl Net {
     }
 
     /// The items a run of `count` is made of: `count`, or with `pad_runs`
-    /// the next power of two (at most the run's limit).
-    pub(super) fn padded(&self, count: usize, max: usize) -> usize {
+    /// the next power of two (at most `per_run`).
+    pub(super) fn padded(&self, count: usize) -> usize {
         match self.pad_runs && count > 0 {
-            true => count.next_power_of_two().min(self.per_run(max)).max(count),
+            true => count.next_power_of_two().min(self.per_run()).max(count),
             false => count,
         }
     }
 
     /// With `pad_runs`, one run of blank items at each size a run can
     /// have, so that no request pays for the first run of a shape.
-    pub(super) fn warm_up(&self, max: usize) -> Result<()> {
+    pub(super) fn warm_up(&self) -> Result<()> {
         if !self.pad_runs {
             return Ok(());
         }
         let mut sizes: Vec<usize> = (0..usize::BITS)
             .map(|b| 1 << b)
-            .take_while(|&n| n < self.per_run(max))
+            .take_while(|&n| n < self.per_run())
             .collect();
-        sizes.push(self.per_run(max));
+        sizes.push(self.per_run());
         for n in sizes {
             let mut shape = self.shape.clone();
             shape[0] = n;
@@ -293,30 +384,35 @@ impl Net {
         Ok(())
     }
 
-    /// One run over `input`'s items (its first dimension), each item's
-    /// share; after a failed run of several, each item alone.
-    fn run_filled(&self, input: &Blob) -> Vec<Result<ItemOutputs>> {
+    /// One run over `input`'s items (its first dimension), the shares of
+    /// its first `count` (the rest are padding); after a failed run of
+    /// several, each of those alone.
+    fn run_filled(&self, input: &Blob, count: usize) -> Vec<Result<ItemOutputs>> {
         let n = input.shape[0];
-        if n == 0 {
+        if count == 0 {
             return Vec::new();
         }
         match self.run(input).and_then(|outputs| split(outputs, n)) {
-            Ok(items) => items.into_iter().map(Ok).collect(),
+            Ok(items) => items.into_iter().take(count).map(Ok).collect(),
             Err(e) if n == 1 => vec![Err(e)],
             Err(_) => input
                 .data
                 .chunks_exact((input.data.len() / n).max(1))
+                .take(count)
                 .flat_map(|one| {
                     let mut shape = input.shape.clone();
                     shape[0] = 1;
-                    self.run_filled(&Blob {
-                        shape,
-                        data: one.to_vec(),
-                    })
+                    let data = one.to_vec();
+                    self.run_filled(&Blob { shape, data }, 1)
                 })
                 .collect(),
         }
     }
+}
+
+/// Within 1e-3 of `want`'s size.
+fn close(got: f32, want: f32) -> bool {
+    (got - want).abs() <= 1e-3 * (1.0 + want.abs())
 }
 
 /// A run's outputs cut into `n` items' shares along their first dimension
@@ -355,7 +451,7 @@ pub fn run_model(
         None,
         &RuntimeChoice::Tract(Kernels::ALL),
         Hygiene::default(),
-        false,
+        Batching::AsDeclared,
     )?;
     if input.len() != shape.iter().product::<usize>() {
         return Err(Error::invalid(format!(
@@ -392,7 +488,7 @@ impl TractBench {
             None,
             &RuntimeChoice::Tract(kernels),
             Hygiene::default(),
-            true,
+            Batching::OneAtATime,
         )?;
         match net.runner {
             Runner::Tract(tract) => Ok(TractBench {

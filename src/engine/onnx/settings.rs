@@ -38,6 +38,12 @@ pub struct OnnxSettings {
     /// is fixed takes one); 1 runs every item alone; `None`: by where the
     /// models run (`runs_of`).
     pub max_engine_batch: Option<usize>,
+    /// The most frames one engine gets from an Execute (max_batch_size over
+    /// batch_threads): the detector's runs and warm-up go no further.
+    pub max_frames: usize,
+    /// Free a fixed batch of 1 at load (batch_dim.rs), so the model can take
+    /// runs of several items.
+    pub free_batch: bool,
     /// KIND_GPU instances: the CUDA device onnxruntime runs the models on
     /// (set by the instance, not a parameter); `None`: the CPU.
     pub cuda_device: Option<i32>,
@@ -90,6 +96,8 @@ impl OnnxSettings {
             onnxruntime_library: None,
             intra_op_threads: 1,
             max_engine_batch: None,
+            max_frames: usize::MAX,
+            free_batch: false,
             cuda_device: None,
         }
     }

@@ -24,11 +24,9 @@ impl OnnxEngine {
             .detector_size
             .unwrap_or((self.detector.shape[3], self.detector.shape[2]));
         let norm = self.settings.detector_norm;
-        let runs = self
-            .detector
-            .run_items(frames, self.max_batch(), |frame, data| {
-                append_input(&resize(frame, w, h)?, norm, data)
-            });
+        let runs = self.detector.run_items(frames, |frame, data| {
+            append_input(&resize(frame, w, h)?, norm, data)
+        });
         runs.into_iter()
             .zip(frames)
             .map(|(outputs, frame)| self.boxes(&outputs?, frame))
@@ -47,8 +45,11 @@ impl OnnxEngine {
             }
         };
         let (fw, fh) = (frame.width as f32, frame.height as f32);
+        // A box that is not finite (a broken model) is no face: it would
+        // break the crops' arithmetic.
+        let finite = |i: usize| boxes[4 * i..4 * i + 4].iter().all(|v| v.is_finite());
         let mut found: Vec<(BoxPx, f32)> = (0..scores.len() / 2)
-            .filter(|&i| scores[2 * i + 1] >= self.settings.score_threshold)
+            .filter(|&i| scores[2 * i + 1] >= self.settings.score_threshold && finite(i))
             .map(|i| {
                 let b = &boxes[4 * i..4 * i + 4];
                 let bbox = BoxPx {
@@ -71,7 +72,7 @@ impl OnnxEngine {
         let net = &self.landmarks;
         let (w, h) = (net.shape[3], net.shape[2]);
         let crops: Vec<(&Frame, Rect)> = faces.iter().map(|&(f, b)| (f, crop(f, &b))).collect();
-        let runs = net.run_items(&crops, self.max_batch(), |&(frame, rect), data| {
+        let runs = net.run_items(&crops, |&(frame, rect), data| {
             let grey = grey_box(frame, rect, (w, h))?;
             data.extend(grey.iter().map(|&v| f32::from(v) / 256.0));
             Ok(())
@@ -96,9 +97,7 @@ impl OnnxEngine {
         let norm = self.settings.embedder_norm;
         let runs = self
             .embedder
-            .run_items(chips, self.max_batch(), |chip, data| {
-                append_input(chip, norm, data)
-            });
+            .run_items(chips, |chip, data| append_input(chip, norm, data));
         runs.into_iter()
             .map(|outputs| match outputs?.first() {
                 Some(v) if v.len() == self.embedding_len => Ok(l2_normalize(v)),
@@ -109,10 +108,6 @@ impl OnnxEngine {
                 ))),
             })
             .collect()
-    }
-
-    fn max_batch(&self) -> usize {
-        self.max_batch
     }
 }
 

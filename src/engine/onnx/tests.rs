@@ -1,25 +1,42 @@
-//! The batched path against one item at a time, on the sample models
-//! (assets/onnx: the batch-free copies; assets/onnx/fixed_batch: the
-//! originals) and real photos, through onnxruntime.
+//! The batched path against one item at a time, on the sample models (as
+//! published, with a fixed batch of 1, freed at load) and real photos,
+//! through onnxruntime.
 
-use super::net::{load_net, RuntimeChoice};
+use super::net::{load_net, BatchDim, Batching, RuntimeChoice};
 use super::*;
 use crate::engine::test_assets;
 use crate::error::ErrorKind;
 use crate::pipeline::image::frame_from_encoded;
 
-/// The sample models of `dir` (under assets/) with `max_engine_batch`.
-fn engine(dir: &str, max_engine_batch: usize) -> OnnxEngine {
-    let models = test_assets(dir);
+/// The sample models with `max_engine_batch`, their batch freed or not.
+fn engine(max_engine_batch: usize, free_batch: bool) -> OnnxEngine {
+    engine_of(
+        &test_assets("onnx").join("fr_feature.onnx"),
+        max_engine_batch,
+        free_batch,
+    )
+}
+
+/// The sample detector and landmarks with `embedder`.
+fn engine_of(embedder: &Path, max_engine_batch: usize, free_batch: bool) -> OnnxEngine {
+    let models = test_assets("onnx");
     let settings = OnnxSettings {
         landmark_model: Some(models.join("fr_landmark.onnx")),
         detector_model: models.join("fr_detect.onnx"),
-        embedder_model: models.join("fr_feature.onnx"),
+        embedder_model: embedder.to_path_buf(),
         max_engine_batch: Some(max_engine_batch),
+        free_batch,
         ..OnnxSettings::defaults(&models)
     };
     OnnxEngine::load(&settings)
         .unwrap_or_else(|e| panic!("{e}: run the tests through scripts/test.sh"))
+}
+
+/// A sample model as onnxruntime runs it, its batch as `batching` asks.
+fn net(model: &str, batching: Batching) -> super::net::Net {
+    let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
+    let path = test_assets("onnx").join(model);
+    load_net(model, &path, None, &runtime, Hygiene::default(), batching).unwrap()
 }
 
 /// No face, one, five; four sizes from 480 to 1137 pixels high.
@@ -88,8 +105,9 @@ fn one_at_a_time(engine: &mut OnnxEngine, frames: &[(&Frame, Wanted)]) -> Vec<Re
 #[test]
 fn a_batch_answers_as_one_frame_at_a_time() {
     let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
-    let mut batched = engine("onnx", 32);
-    let mut alone = engine("onnx", 1);
+    let mut batched = engine(32, true);
+    let mut alone = engine(1, false);
+    assert!(batched.batches() && !alone.batches());
     for n in [1, 2, 7, 33] {
         let frames: Vec<(&Frame, Wanted)> = (0..n)
             .map(|i| (&photos[i % photos.len()], wanted(i)))
@@ -109,31 +127,64 @@ fn a_batch_answers_as_one_frame_at_a_time() {
 }
 
 #[test]
-fn the_fixed_batch_originals_answer_as_their_batch_free_copies() {
+fn a_fixed_batch_runs_one_item_at_a_time_unless_freed() {
     let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
     let frames: Vec<(&Frame, Wanted)> = photos.iter().map(|p| (p, Wanted::all(64))).collect();
-    let mut fixed = engine("onnx/fixed_batch", 32);
-    let mut free = engine("onnx", 32);
+    let mut fixed = engine(32, false);
+    let mut freed = engine(32, true);
+    assert!(!fixed.batches());
     for (i, (a, b)) in fixed
         .analyze(&frames)
         .iter()
-        .zip(free.analyze(&frames))
+        .zip(freed.analyze(&frames))
         .enumerate()
     {
         assert_same(a.as_ref().unwrap(), &b.unwrap(), PHOTOS[i]);
     }
+    let log = fixed.describe();
     assert!(
-        fixed
-            .describe()
-            .contains("one item a run (every model's batch dimension is fixed)"),
-        "{}",
-        fixed.describe()
+        log.contains("; one item a run: detector (its batch fixed in the file), "),
+        "{log}"
     );
+    let log = freed.describe();
     assert!(
-        free.describe().contains("batched, up to 32 items a run"),
-        "{}",
-        free.describe()
+        log.contains("; batched, up to 32 items a run: detector (its batch of 1 freed at load)"),
+        "{log}"
     );
+}
+
+/// The published embedder with only its input's batch declared free: its
+/// Reshape to [1, -1] still folds a run into one row. The load finds it
+/// out; the model runs one face at a time and answers right.
+#[test]
+fn a_model_whose_graph_pins_its_declared_free_batch_runs_one_at_a_time() {
+    use prost::Message;
+    let path = test_assets("onnx/fr_feature.onnx");
+    let mut model =
+        tract_onnx::pb::ModelProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
+    let input = &mut model.graph.as_mut().unwrap().input[0];
+    let Some(tract_onnx::pb::type_proto::Value::TensorType(t)) =
+        input.r#type.as_mut().and_then(|t| t.value.as_mut())
+    else {
+        panic!("fr_feature.onnx: no tensor input");
+    };
+    t.shape.as_mut().unwrap().dim[0].value =
+        Some(tract_onnx::pb::tensor_shape_proto::dimension::Value::DimParam("N".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = dir.path().join("pinned.onnx");
+    std::fs::write(&pinned, model.encode_to_vec()).unwrap();
+    let mut engine = engine_of(&pinned, 32, false);
+    let log = engine.describe();
+    assert!(
+        log.contains("embedder (a run of two failed: model output 0 has shape [1, 1024]"),
+        "{log}"
+    );
+    let (obama, biden) = (photo("obama.jpg"), photo("biden.jpg"));
+    let frames = [(&obama, Wanted::all(8)), (&biden, Wanted::all(8))];
+    let want = one_at_a_time(&mut engine_of(&path, 1, false), &frames);
+    for (got, want) in engine.analyze(&frames).iter().zip(&want) {
+        assert_same(got.as_ref().unwrap(), want.as_ref().unwrap(), "pinned");
+    }
 }
 
 #[test]
@@ -155,9 +206,9 @@ fn a_failed_frame_fails_alone() {
         (&broken, Wanted::all(64)),
         (&biden, Wanted::all(64)),
     ];
-    let mut batched = engine("onnx", 32);
+    let mut batched = engine(32, true);
     let got = batched.analyze(&frames);
-    let want = one_at_a_time(&mut engine("onnx", 1), &frames);
+    let want = one_at_a_time(&mut engine(1, false), &frames);
     let too_many = got[1].as_ref().unwrap_err();
     assert_eq!(too_many.kind(), ErrorKind::InvalidInput, "{too_many}");
     assert!(got[2].is_err(), "a frame of 100 bytes for 640x480");
@@ -173,19 +224,9 @@ fn a_failed_frame_fails_alone() {
 /// cannot be made fails alone.
 #[test]
 fn a_run_that_fails_is_run_again_one_item_at_a_time() {
-    let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
-    let path = test_assets("onnx/fixed_batch/fr_feature.onnx");
-    let mut net = load_net(
-        "embedder_model",
-        &path,
-        None,
-        &runtime,
-        Hygiene::default(),
-        false,
-    )
-    .unwrap();
-    assert!(!net.batch_free);
-    net.batch_free = true;
+    let mut net = net("fr_feature.onnx", Batching::AsDeclared);
+    assert_eq!(net.batch, BatchDim::Fixed);
+    net.batch = BatchDim::Free;
     let chips: Vec<Vec<f32>> = (0..4)
         .map(|i| {
             (0..3 * 112 * 112)
@@ -200,8 +241,10 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
         data.extend(chip);
         Ok(())
     };
-    let together = net.run_items(&chips, 4, fill);
-    let alone = net.run_items(&chips, 1, fill);
+    net.most = 4;
+    let together = net.run_items(&chips, fill);
+    net.most = 1;
+    let alone = net.run_items(&chips, fill);
     assert_eq!(together.len(), 4);
     for (i, (a, b)) in together.iter().zip(&alone).enumerate() {
         match i {
@@ -215,17 +258,8 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
 /// items' outputs are dropped, the others' are those of a run without them.
 #[test]
 fn a_padded_run_answers_as_an_unpadded_one() {
-    let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
-    let path = test_assets("onnx/fr_landmark.onnx");
-    let mut net = load_net(
-        "landmark_model",
-        &path,
-        None,
-        &runtime,
-        Hygiene::default(),
-        false,
-    )
-    .unwrap();
+    let mut net = net("fr_landmark.onnx", Batching::Freed);
+    assert_eq!(net.batch, BatchDim::Freed);
     let crops: Vec<Vec<f32>> = (0..5)
         .map(|i| {
             (0..64 * 64)
@@ -237,11 +271,13 @@ fn a_padded_run_answers_as_an_unpadded_one() {
         data.extend(crop);
         Ok(())
     };
-    let plain = net.run_items(&crops, 8, fill);
+    net.most = 8;
+    let plain = net.run_items(&crops, fill);
     net.pad_runs = true;
-    net.warm_up(8).unwrap();
+    net.warm_up().unwrap();
     for max in [8, 4] {
-        let padded = net.run_items(&crops, max, fill);
+        net.most = max;
+        let padded = net.run_items(&crops, fill);
         assert_eq!(padded.len(), 5);
         for (a, b) in padded.iter().zip(&plain) {
             assert_eq!(
@@ -251,9 +287,11 @@ fn a_padded_run_answers_as_an_unpadded_one() {
             );
         }
     }
+    net.most = 8;
     assert_eq!(
-        (net.padded(5, 8), net.padded(3, 8), net.padded(5, 6)),
-        (8, 4, 6)
+        (net.padded(5), net.padded(3), net.padded(1), net.padded(0)),
+        (8, 4, 1, 0)
     );
-    assert_eq!((net.padded(1, 8), net.padded(0, 8)), (1, 0));
+    net.most = 6;
+    assert_eq!(net.padded(5), 6);
 }
