@@ -93,7 +93,8 @@ def test_the_backend_needs_only_glibc_and_libstdcxx_from_the_system(bundle):
 
 def test_gpu_check_cpu_serves_from_the_bundle_alone(bundle):
     """gpu_check.sh --cpu, started with nothing of the checkout: every check passes."""
-    done = subprocess.run(["bash", "gpu_check.sh", "--cpu", "--perf-ms", "500", "--sweep", "1x1"],
+    done = subprocess.run(["bash", "gpu_check.sh", "--cpu", "--perf-ms", "500", "--sweep", "1x1b2",
+                           "--sweep-inputs", "image image-shm encoded", "--sweep-concurrency", "4"],
                           cwd=bundle,
                           env=bare_env(bundle), capture_output=True, text=True, timeout=600)
     summary_file = bundle / "out" / "summary.md"
@@ -103,10 +104,11 @@ def test_gpu_check_cpu_serves_from_the_bundle_alone(bundle):
     for check in ("sample photos: GPU answers as the CPU", "sample video through "
                   "face_sequence_gpu", "dlib engine on face_dlib_gpu", "perf_analyzer"):
         assert re.search(rf"\| {re.escape(check)}.*\| yes \|", summary), (check, summary)
-    # The sweep (--sweep) measured its one variant at each concurrency.
+    # The sweep (--sweep) measured its one variant, batched, with each input.
     sweep = (bundle / "out" / "sweep.md").read_text()
-    for concurrency in (8, 32, 64):
-        assert re.search(rf"^\| 1 x 1 \| {concurrency} \| \d+\.\d \|", sweep, re.M), sweep
+    for source in ("image", "image-shm", "encoded"):
+        row = rf"^\| CPU 1 x 1, batch 2 \| {source} \| 4 \| 1 \| \d+\.\d \|"
+        assert re.search(row, sweep, re.M), sweep
     # Nothing of the checkout was used: the server loaded the bundle's own libraries.
     log = (bundle / "out" / "server.log").read_text()
     assert str(REPO_ROOT) not in log, "the server log names a path of the checkout"

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Proves triton-face on this machine's NVIDIA GPU, from this bundle alone (under 5 minutes).
 #
-#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--sweep VARIANTS]
+#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--sweep VARIANTS
+#                     [--sweep-inputs INPUTS] [--sweep-concurrency LIST] [--sweep-rounds R]]
 #
 #   --cpu            every model KIND_CPU: the same check without a GPU
 #   --cuda-libs DIR  a site-packages folder holding NVIDIA's CUDA 13 wheels (nvidia/cu13/lib,
 #                    nvidia/cudnn/lib, ...); default: found from python3, else LD_LIBRARY_PATH
 #   --out DIR        where everything printed goes, with summary.md (default: out/ here)
 #   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
-#   --sweep VARIANTS after the check, the ONNX model's throughput per "NxT" (N instances of
-#                    T batch_threads), e.g. "1x1 4x1 2x4"; out/sweep.md (check/sweep.py)
+#   --sweep VARIANTS after the check, the ONNX model's throughput per "[cpu:|gpu:]NxT[bB]"
+#                    (N instances of T batch_threads, max_engine_batch B; on the GPU unless
+#                    cpu: or --cpu), e.g. "4x1b1 2x1 cpu:4x4"; out/sweep.md (check/sweep.py)
+#   --sweep-inputs   of the sweep: "image", "image-shm" (IMAGE through system shared memory),
+#                    "encoded" (JPEG); default "image-shm encoded"
+#   --sweep-concurrency  of the sweep, default "8 32 64 128"
+#   --sweep-rounds R every variant measured R times, in serpentine order (default 1)
 #
 # Needs: x86-64 Linux with glibc 2.35+, python3 (3.11 or 3.12), and for the GPU the NVIDIA
 # driver and the CUDA 13 user libraries (cudart, cuBLAS, cuRAND, cuDNN 9) as the
@@ -19,7 +25,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
-CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP=
+CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP= SWEEP_ARGS=()
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu) CPU=1 && shift ;;
@@ -27,6 +33,9 @@ while [ $# -gt 0 ]; do
         --out) OUT=$2 && shift 2 ;;
         --perf-ms) PERF_MS=$2 && shift 2 ;;
         --sweep) SWEEP=$2 && shift 2 ;;
+        --sweep-inputs) SWEEP_ARGS+=(--inputs "$2") && shift 2 ;;
+        --sweep-concurrency) SWEEP_ARGS+=(--concurrency "$2") && shift 2 ;;
+        --sweep-rounds) SWEEP_ARGS+=(--rounds "$2") && shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" && exit 0 ;;
         *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
     esac
@@ -111,9 +120,9 @@ args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
 rc=0
 "$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
 if [ -n "$SWEEP" ]; then
-    step "sweep: instances x batch_threads"
+    step "sweep: instances x batch_threads x max_engine_batch"
     kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
     "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --variants "$SWEEP" \
-        --perf-ms "$PERF_MS" || rc=1
+        --perf-ms "$PERF_MS" "${SWEEP_ARGS[@]}" || rc=1
 fi
 exit "$rc"

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """The GPU bundle's made inputs (run by scripts/gpu_bundle.sh with the project's .venv):
 the sample video's frames as JPEG files with its truth (the GPU machine has no video
-decoder), and perf_analyzer's input for one 640x480 photo as IMAGE pixels.
+decoder), and perf_analyzer's input for one 640x480 photo as IMAGE pixels and as ENCODED
+JPEG bytes.
 
   inputs.py --video assets/video/sample.mp4 --photo assets/photos/obama_640x480.jpg --out DIR
 
-writes DIR/video/frames/000.jpg ..., DIR/video/truth.json, DIR/perf/obama_640x480-IMAGE.json.
+writes DIR/video/frames/000.jpg ..., DIR/video/truth.json, DIR/perf/obama_640x480-IMAGE.json
+and DIR/perf/obama_640x480-ENCODED.json.
 """
 import argparse
 import base64
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import av
@@ -30,12 +33,19 @@ def frames(video: Path, out: Path) -> int:
 
 
 def perf_input(photo: Path, out: Path) -> None:
-    """perf_analyzer sends the "b64" bytes as the tensor's raw content: HWC RGB pixels."""
+    """perf_analyzer sends the "b64" bytes as the tensor's raw content: HWC RGB pixels for
+    IMAGE; for ENCODED (BYTES) Triton's wire form, a u32 little-endian length then the
+    JPEG."""
     pixels = np.asarray(Image.open(photo).convert("RGB"), dtype=np.uint8)
-    data = {"data": [{"IMAGE": {"b64": base64.b64encode(pixels.tobytes()).decode("ascii"),
-                                "shape": list(pixels.shape)}}]}
+    jpeg = photo.read_bytes()
+    tensors = {
+        "IMAGE": (pixels.tobytes(), list(pixels.shape)),
+        "ENCODED": (struct.pack("<I", len(jpeg)) + jpeg, [1]),
+    }
     (out / "perf").mkdir(parents=True, exist_ok=True)
-    (out / "perf" / f"{photo.stem}-IMAGE.json").write_text(json.dumps(data))
+    for name, (raw, shape) in tensors.items():
+        data = {"data": [{name: {"b64": base64.b64encode(raw).decode("ascii"), "shape": shape}}]}
+        (out / "perf" / f"{photo.stem}-{name}.json").write_text(json.dumps(data))
 
 
 def main() -> None:

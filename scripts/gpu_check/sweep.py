@@ -1,99 +1,204 @@
 #!/usr/bin/env python3
-"""How a GPU model's throughput depends on its instances and batch_threads (run by
-`gpu_check.sh --sweep`, after the check). For each variant "NxT" (N instances of T threads,
-max_batch_size 32, 0.5 ms queue delay) it loads the ONNX model alone, runs perf_analyzer on a
-one-face 640x480 IMAGE at each concurrency, reads the GPU's memory and load, and unloads it.
+"""How the ONNX model's throughput depends on its instances, batch_threads and
+max_engine_batch, and on how the frame arrives (run by `gpu_check.sh --sweep`, after the
+check; also on a machine without a GPU, with --kind KIND_CPU).
+
+Each variant is "[cpu:|gpu:]NxT[bB]": N instances of T batch_threads, max_engine_batch B
+(default: the backend's), on the CPU or the GPU (default: --kind). Every variant is a model
+of the same server (max_batch_size and queue delay from the flags), loaded alone in its
+turn; for each input (`image`: a one-face 640x480 frame as IMAGE, `image-shm`: the same
+through system shared memory, so that perf_analyzer's own sending is not the limit,
+`encoded`: the JPEG as ENCODED) and each concurrency, perf_analyzer measures frames/s, p50
+and p99, Triton's queue and compute time, while nvidia-smi is read every half second (GPU
+busy %, mean, and the most memory used). With --rounds R every variant is measured R times,
+in serpentine order (forward, then backward), so that a machine that drifts does not favour
+one variant; the table gives each round.
+
 Writes OUT/sweep.md; the rest goes to OUT/sweep/."""
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import check  # check.py beside this file: the model repository, the server
 
-COLUMNS = "| instances x threads | concurrency | frames/s | p50 ms | queue ms | compute ms | GPU |"
+COLUMNS = ("| variant | input | concurrency | round | frames/s | p50 ms | p99 ms | queue ms "
+           "| compute ms | GPU busy | GPU memory |")
+INPUTS = {  # input name -> (perf_analyzer input file, --shape, extra arguments)
+    "image": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3", []),
+    "image-shm": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3",
+                  ["--shared-memory", "system", "--output-shared-memory-size", "65536"]),
+    "encoded": ("obama_640x480-ENCODED.json", "ENCODED:1", []),
+}
 
 
-def perf(server: check.Server, model: str, concurrency: int, out: Path, perf_ms: int) -> str:
-    name = out / f"{model}-c{concurrency}"
-    command = check.perf_command(server, model, concurrency, Path(f"{name}.csv"), perf_ms,
-                                 warmup=4, trials=5)
-    with open(f"{name}.log", "w") as log:
+@dataclass(frozen=True)
+class Variant:
+    kind: str  # KIND_CPU or KIND_GPU
+    instances: int
+    threads: int
+    batch: int | None  # max_engine_batch; None: the backend's default
+
+    @staticmethod
+    def parse(text: str, default_kind: str) -> "Variant":
+        found = re.fullmatch(r"(?:(cpu|gpu):)?(\d+)x(\d+)(?:b(\d+))?", text)
+        if not found:
+            raise SystemExit(f"variant {text!r}: expected [cpu:|gpu:]NxT[bB], e.g. 4x1b32")
+        kind, n, t, b = found.groups()
+        kind = {"cpu": "KIND_CPU", "gpu": "KIND_GPU", None: default_kind}[kind]
+        return Variant(kind, int(n), int(t), int(b) if b else None)
+
+    @property
+    def model(self) -> str:
+        batch = f"b{self.batch}" if self.batch else ""
+        return f"{'c' if self.kind == 'KIND_CPU' else 'g'}{self.instances}x{self.threads}{batch}"
+
+    @property
+    def label(self) -> str:
+        batch = f", batch {self.batch}" if self.batch else ""
+        where = "CPU" if self.kind == "KIND_CPU" else "GPU"
+        return f"{where} {self.instances} x {self.threads}{batch}"
+
+
+class GpuSampler:
+    """nvidia-smi read every half second while a run lasts: mean busy %, most memory."""
+
+    def __init__(self):
+        self.busy: list[float] = []
+        self.memory: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> "GpuSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                done = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                       "--format=csv,noheader,nounits"],
+                                      capture_output=True, text=True, timeout=5)
+            except (FileNotFoundError, subprocess.TimeoutExpired):
+                return
+            if done.returncode != 0 or not done.stdout.strip():
+                return
+            busy, memory = done.stdout.strip().splitlines()[0].split(",")[:2]
+            self.busy.append(float(busy))
+            self.memory.append(float(memory))
+
+    def columns(self) -> str:
+        if not self.busy:
+            return "- | -"
+        return f"{sum(self.busy) / len(self.busy):.0f}% | {max(self.memory):,.0f} MiB"
+
+
+def perf(server: check.Server, variant: Variant, source: str, concurrency: int, round_: int,
+         work: Path, perf_ms: int) -> str:
+    name = work / f"{variant.model}-{source}-c{concurrency}-r{round_}"
+    data, shape, extra = INPUTS[source]
+    command = [str(check.BUNDLE / "perf_analyzer" / "run"), "-m", variant.model, "-i", "grpc",
+               "-u", f"127.0.0.1:{server.grpc}",
+               "--input-data", str(check.BUNDLE / "perf" / data), "--shape", shape,
+               "--concurrency-range", f"{concurrency}:{concurrency}",
+               "--warmup-request-count", str(4 * concurrency),
+               "--measurement-interval", str(perf_ms), "--max-trials", "5",
+               "--stability-percentage", "1000", "-f", f"{name}.csv", *extra]
+    head = f"| {variant.label} | {source} | {concurrency} | {round_} |"
+    with open(f"{name}.log", "w") as log, GpuSampler() as gpu:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=300)
     if done.returncode != 0:
-        return f"| {label(model)} | {concurrency} | failed (see {name.name}.log) | | | | |"
+        return f"{head} failed (see sweep/{name.name}.log) | | | | | | |"
     with open(f"{name}.csv") as f:
         row = next(csv.DictReader(f))
-    ms = {k: float(row[k]) / 1000 for k in ("p50 latency", "Server Queue", "Server Compute Infer")}
-    return (f"| {label(model)} | {concurrency} | {float(row['Inferences/Second']):.1f} | "
-            f"{ms['p50 latency']:.1f} | {ms['Server Queue']:.1f} | "
-            f"{ms['Server Compute Infer']:.1f} | {gpu_state()} |")
+    ms = {k: float(row[k]) / 1000
+          for k in ("p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")}
+    return (f"{head} {float(row['Inferences/Second']):.1f} | {ms['p50 latency']:.1f} | "
+            f"{ms['p99 latency']:.1f} | {ms['Server Queue']:.1f} | "
+            f"{ms['Server Compute Infer']:.1f} | {gpu.columns()} |")
 
 
-def label(model: str) -> str:
-    """g4x1 -> 4 x 1"""
-    return model[1:].replace("x", " x ")
+def write_models(models: Path, variants: list[Variant], args) -> None:
+    onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
+    # The server starts with one small CPU model loaded, as the check's.
+    check.write_model(models, "face_onnx_cpu", check.configure(
+        onnx, "face_onnx_cpu", "KIND_CPU", 1, max_batch_size=32, batch_threads=1), "onnx")
+    for v in variants:
+        settings = {"batch_threads": v.threads}
+        if v.batch:
+            settings["max_engine_batch"] = v.batch
+        check.write_model(models, v.model, check.configure(
+            onnx, v.model, v.kind, v.instances, max_batch_size=args.max_batch_size,
+            queue_delay_us=args.queue_delay_us, **settings), "onnx")
 
 
-def gpu_state() -> str:
-    """Memory used and utilisation, as nvidia-smi reads them now ('-' without a GPU)."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu",
-                               "--format=csv,noheader"], capture_output=True, text=True)
-    except FileNotFoundError:
-        return "-"
-    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else "-"
+def serpentine(variants: list[Variant], rounds: int):
+    for round_ in range(1, rounds + 1):
+        order = variants if round_ % 2 else variants[::-1]
+        for v in order:
+            yield round_, v
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--kind", default="KIND_GPU")
-    parser.add_argument("--variants", default="1x1 2x1 4x1 8x1 2x4")
-    parser.add_argument("--concurrency", default="8 32 64")
+    parser.add_argument("--kind", default="KIND_GPU", help="of variants without cpu: or gpu:")
+    parser.add_argument("--variants", default="4x1b1 4x1 2x1 1x1 cpu:4x4")
+    parser.add_argument("--inputs", default="image-shm encoded")
+    parser.add_argument("--concurrency", default="8 32 64 128")
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--queue-delay-us", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--perf-ms", type=int, default=2000)
     args = parser.parse_args()
+    variants = list(dict.fromkeys(Variant.parse(v, args.kind) for v in args.variants.split()))
+    sources = args.inputs.split()
+    unknown = [s for s in sources if s not in INPUTS]
+    if unknown:
+        raise SystemExit(f"--inputs: unknown {unknown}; known: {', '.join(INPUTS)}")
     out = Path(args.out).resolve()
     work = out / "sweep"  # its server's log, perf_analyzer's files, the models
     shutil.rmtree(work, ignore_errors=True)
-    models = work / "models"
-    onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
-    # The server starts with one small CPU model loaded, as the check's.
-    check.write_model(models, "face_onnx_cpu", check.configure(
-        onnx, "face_onnx_cpu", "KIND_CPU", 1, max_batch_size=32, batch_threads=1), "onnx")
-    variants = [tuple(int(x) for x in v.split("x")) for v in args.variants.split()]
-    for n, t in variants:
-        check.write_model(models, f"g{n}x{t}", check.configure(
-            onnx, f"g{n}x{t}", args.kind, n, max_batch_size=32, queue_delay_us=500,
-            batch_threads=t), "onnx")
-    lines = [COLUMNS, "|---|---|---|---|---|---|---|"]
+    write_models(work / "models", variants, args)
+    lines = [COLUMNS, "|---|---|---|---|---|---|---|---|---|---|---|"]
     failed = False
-    server = check.Server(models, work)
+    server = check.Server(work / "models", work)
     try:
-        for n, t in variants:
-            model = f"g{n}x{t}"
+        for round_, variant in serpentine(variants, args.rounds):
             began = time.monotonic()
-            why = server.load(model)
+            why = server.load(variant.model)
             if why:
-                lines.append(f"| {label(model)} | | load failed: {' '.join(why.split())} | | | | |")
+                lines.append(f"| {variant.label} | | | {round_} | load failed: "
+                             f"{' '.join(why.split())} | | | | | | |")
                 failed = True
                 continue
-            print(f"{model}: loaded in {time.monotonic() - began:.0f} s", flush=True)
-            for concurrency in (int(c) for c in args.concurrency.split()):
-                lines.append(perf(server, model, concurrency, work, args.perf_ms))
-                failed |= "failed" in lines[-1]
-                print(lines[-1], flush=True)
-            server.client.unload_model(model)
-            while server.client.is_model_ready(model):
+            print(f"{variant.model}: loaded in {time.monotonic() - began:.0f} s", flush=True)
+            for source in sources:
+                for concurrency in (int(c) for c in args.concurrency.split()):
+                    lines.append(perf(server, variant, source, concurrency, round_, work,
+                                      args.perf_ms))
+                    failed |= "failed" in lines[-1]
+                    print(lines[-1], flush=True)
+            server.client.unload_model(variant.model)
+            while server.client.is_model_ready(variant.model):
                 time.sleep(0.2)
     finally:
         server.stop()
-    text = "\n".join(lines) + "\n"
+    settings = (f"max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
+                f"{args.perf_ms} ms windows")
+    text = f"{settings}\n\n" + "\n".join(lines) + "\n"
     (out / "sweep.md").write_text(text)
     print("\n" + text)
     return 1 if failed else 0

@@ -49,7 +49,9 @@ pub struct OnnxSettings {
     pub cuda_device: Option<i32>,
 }
 
-/// `max_engine_batch`'s default on a GPU (docs/gpu.md).
+/// `max_engine_batch`'s default on a GPU: the most the bundle's GPU model
+/// (max_batch_size 32) can bring; not measured on a GPU yet (docs/gpu.md "On
+/// a GPU" says how the sweep will).
 pub const GPU_ENGINE_BATCH: usize = 32;
 
 /// What runs the models.
@@ -106,7 +108,7 @@ impl OnnxSettings {
 impl OnnxSettings {
     /// The most items one model run takes. On the CPU one: batches are
     /// slower there, on both runtimes (docs/benchmarks.md "Batches through
-    /// the models": onnxruntime 154 frames/s one at a time, 126 in runs of
+    /// the models": onnxruntime 171 frames/s one at a time, 125 in runs of
     /// 8); tract always. On a GPU `max_engine_batch`, by default
     /// GPU_ENGINE_BATCH. A value set on the CPU is taken as asked.
     pub fn runs_of(&self) -> usize {
