@@ -32,6 +32,18 @@ import check  # check.py beside this file: the model repository, the server
 
 COLUMNS = ("| variant | input | concurrency | round | frames/s | p50 ms | p99 ms | queue ms "
            "| compute ms | GPU busy | GPU memory |")
+# perf_analyzer's shared memory refuses a model with optional inputs: the frames sent through
+# it go to a copy of the variant that takes IMAGE alone.
+IMAGE_ONLY = """input [
+  {
+    name: "IMAGE"
+    data_type: TYPE_UINT8
+    dims: [ -1, -1, 3 ]
+    allow_ragged_batch: true
+  }
+]
+"""
+SHM = "image-shm"
 INPUTS = {  # input name -> (perf_analyzer input file, --shape, extra arguments)
     "image": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3", []),
     "image-shm": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3",
@@ -109,7 +121,8 @@ def perf(server: check.Server, variant: Variant, source: str, concurrency: int, 
          work: Path, perf_ms: int) -> str:
     name = work / f"{variant.model}-{source}-c{concurrency}-r{round_}"
     data, shape, extra = INPUTS[source]
-    command = [str(check.BUNDLE / "perf_analyzer" / "run"), "-m", variant.model, "-i", "grpc",
+    model = shm_model(variant.model) if source == SHM else variant.model
+    command = [str(check.BUNDLE / "perf_analyzer" / "run"), "-m", model, "-i", "grpc",
                "-u", f"127.0.0.1:{server.grpc}",
                "--input-data", str(check.BUNDLE / "perf" / data), "--shape", shape,
                "--concurrency-range", f"{concurrency}:{concurrency}",
@@ -130,7 +143,11 @@ def perf(server: check.Server, variant: Variant, source: str, concurrency: int, 
             f"{ms['Server Compute Infer']:.1f} | {gpu.columns()} |")
 
 
-def write_models(models: Path, variants: list[Variant], args) -> None:
+def shm_model(model: str) -> str:
+    return f"{model}_shm"
+
+
+def write_models(models: Path, variants: list[Variant], args, shm: bool) -> None:
     onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
     # The server starts with one small CPU model loaded, as the check's.
     check.write_model(models, "face_onnx_cpu", check.configure(
@@ -139,9 +156,14 @@ def write_models(models: Path, variants: list[Variant], args) -> None:
         settings = {"batch_threads": v.threads}
         if v.batch:
             settings["max_engine_batch"] = v.batch
-        check.write_model(models, v.model, check.configure(
-            onnx, v.model, v.kind, v.instances, max_batch_size=args.max_batch_size,
-            queue_delay_us=args.queue_delay_us, **settings), "onnx")
+        config = check.configure(onnx, v.model, v.kind, v.instances,
+                                 max_batch_size=args.max_batch_size,
+                                 queue_delay_us=args.queue_delay_us, **settings)
+        check.write_model(models, v.model, config, "onnx")
+        if shm:
+            config = re.sub(r'^name: ".*"', f'name: "{shm_model(v.model)}"', config, flags=re.M)
+            config = re.sub(r"^input \[.*?^\]\n", IMAGE_ONLY, config, count=1, flags=re.M | re.S)
+            check.write_model(models, shm_model(v.model), config, "onnx")
 
 
 def serpentine(variants: list[Variant], rounds: int):
@@ -171,14 +193,15 @@ def main() -> int:
     out = Path(args.out).resolve()
     work = out / "sweep"  # its server's log, perf_analyzer's files, the models
     shutil.rmtree(work, ignore_errors=True)
-    write_models(work / "models", variants, args)
+    write_models(work / "models", variants, args, SHM in sources)
     lines = [COLUMNS, "|---|---|---|---|---|---|---|---|---|---|---|"]
     failed = False
     server = check.Server(work / "models", work)
     try:
         for round_, variant in serpentine(variants, args.rounds):
             began = time.monotonic()
-            why = server.load(variant.model)
+            loaded = [variant.model] + ([shm_model(variant.model)] if SHM in sources else [])
+            why = next(filter(None, map(server.load, loaded)), None)
             if why:
                 lines.append(f"| {variant.label} | | | {round_} | load failed: "
                              f"{' '.join(why.split())} | | | | | | |")
@@ -191,9 +214,10 @@ def main() -> int:
                                       args.perf_ms))
                     failed |= "failed" in lines[-1]
                     print(lines[-1], flush=True)
-            server.client.unload_model(variant.model)
-            while server.client.is_model_ready(variant.model):
-                time.sleep(0.2)
+            for model in loaded:
+                server.client.unload_model(model)
+                while server.client.is_model_ready(model):
+                    time.sleep(0.2)
     finally:
         server.stop()
     settings = (f"max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
