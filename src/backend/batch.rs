@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::enroll_batch;
-use crate::backend::follow::{follow, settle_cadence};
+use crate::backend::follow::{follow_all, settle_cadence};
 use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Analyzed, Job};
 use crate::backend::manage::manage_batch;
@@ -47,14 +47,8 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
         .sum();
     let compute_start = now_ns();
     let mut batch = analyze(state, jobs, settings);
-    // Followed sequence frames, each on its own sequence's state.
-    let followed: Vec<Option<Outcome>> = batch
-        .iter()
-        .map(|item| match item {
-            Ok(a) if a.job.follows() => Some(follow_one(model, state, &a.job)),
-            _ => None,
-        })
-        .collect();
+    // Followed sequence frames, each on its own sequence's state, together.
+    let followed = follow_followed(model, state, &batch);
     let enrolled = enroll_batch(&model.gallery, &mut batch);
     let managed = manage_batch(&model.gallery, &mut batch);
 
@@ -87,13 +81,37 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     }
 }
 
-/// A followed request on the instance's first engine (on the calling
-/// thread, whose GPU, if any, is bound).
-fn follow_one(model: &ModelState, state: &mut InstanceState, job: &Job) -> Outcome {
-    match state.engines.first_mut() {
-        Some(engine) => follow(model, engine.as_mut(), job),
-        None => Err(Error::internal("no engine for the batch")),
+/// The batch's followed requests, together on the instance's first engine
+/// (on the calling thread, whose GPU, if any, is bound): an outcome for
+/// each of them, none for the others.
+fn follow_followed(
+    model: &ModelState,
+    state: &mut InstanceState,
+    batch: &[Result<Analyzed>],
+) -> Vec<Option<Outcome>> {
+    let jobs: Vec<&Job> = (batch.iter().flatten())
+        .map(|a| &a.job)
+        .filter(|j| j.follows())
+        .collect();
+    let mut outcomes = match (jobs.is_empty(), state.engines.first_mut()) {
+        (true, _) => Vec::new(),
+        (false, Some(engine)) => follow_all(model, engine.as_mut(), &jobs),
+        (false, None) => jobs
+            .iter()
+            .map(|_| Err(Error::internal("no engine")))
+            .collect(),
     }
+    .into_iter();
+    (batch.iter())
+        .map(|item| match item {
+            Ok(a) if a.job.follows() => Some(
+                outcomes
+                    .next()
+                    .unwrap_or_else(|| Err(Error::internal("a followed request got no answer"))),
+            ),
+            _ => None,
+        })
+        .collect()
 }
 
 /// All frames of the batch through the engine at once (but followed

@@ -3,16 +3,23 @@
 //! runs), its frames followed one by one (sequence::follow), and its answer
 //! rendered as any sequence frame's, each face saying how it was obtained.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::backend::answer::{add_sequence, result_tensor, stage_timings, Followed, Outcome};
+use crate::backend::answer::{
+    add_sequence, result_tensor, stage_timings, Followed as Answered, Outcome,
+};
 use crate::backend::job::Job;
 use crate::backend::model::ModelState;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::gallery::Match;
 use crate::result::{FaceDoc, ImageDoc};
-use crate::sequence::{CorrelationId, FollowedFrame, SequenceState, Sequences, Work};
+use crate::sequence::{
+    follow_together, Cadence, CorrelationId, Followed, FollowedFrame, SequenceState, Sequences,
+    Stream, Work,
+};
 
 /// Decide, under the sequences' lock, the cadence in force for each
 /// sequence request of the batch: what it asks, else its sequence's, else
@@ -33,39 +40,148 @@ pub fn settle_cadence(model: &ModelState, jobs: &mut [Result<Job>]) {
     }
 }
 
-/// Answer one followed request (`Job::follows`) with `engine`.
-pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome {
-    let step = job
-        .step
-        .as_ref()
-        .ok_or_else(|| Error::internal("a followed request has no sequence step"))?;
-    let sequences = model
-        .sequences
-        .as_ref()
-        .ok_or_else(|| Error::internal("sequence state is missing"))?;
-    let now = Instant::now();
-    let state = {
-        let mut seqs = lock(sequences);
-        if step.start {
-            seqs.start(&step.id, now)?;
+/// Answer the followed requests (`Job::follows`) of an Execute with
+/// `engine`, one outcome each: their frames go through it together, round
+/// by round (sequence::follow_together). Two requests of one sequence are
+/// never in one wave, so the later sees the earlier's frames, in order.
+pub fn follow_all(model: &ModelState, engine: &mut dyn Engine, jobs: &[&Job]) -> Vec<Outcome> {
+    let mut outcomes: Vec<Option<Outcome>> = jobs.iter().map(|_| None).collect();
+    for wave in waves(jobs) {
+        let wave_jobs: Vec<&Job> = wave.iter().map(|&i| jobs[i]).collect();
+        for (i, outcome) in wave.into_iter().zip(follow_wave(model, engine, &wave_jobs)) {
+            outcomes[i] = Some(outcome);
         }
-        seqs.take(&step.id, now)?
+    }
+    (outcomes.into_iter())
+        .map(|o| o.unwrap_or_else(|| Err(Error::internal("a followed request got no answer"))))
+        .collect()
+}
+
+/// `jobs` by index in waves: each sequence at most once a wave, its
+/// requests in the order they came.
+fn waves(jobs: &[&Job]) -> Vec<Vec<usize>> {
+    let mut waves: Vec<Vec<usize>> = Vec::new();
+    let mut last: HashMap<&CorrelationId, usize> = HashMap::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let id = job.step.as_ref().map(|s| &s.id);
+        let wave = id.and_then(|id| last.get(id)).map_or(0, |w| w + 1);
+        if waves.len() <= wave {
+            waves.push(Vec::new());
+        }
+        waves[wave].push(i);
+        if let Some(id) = id {
+            last.insert(id, wave);
+        }
+    }
+    waves
+}
+
+/// One wave: each request's sequence taken out, all followed together,
+/// each answered.
+fn follow_wave(model: &ModelState, engine: &mut dyn Engine, jobs: &[&Job]) -> Vec<Outcome> {
+    let limits = match model.sequences.as_ref() {
+        Some(sequences) => *lock(sequences).limits(),
+        None => return jobs.iter().map(|_| Err(missing_state())).collect(),
     };
-    let mut taken = Taken {
+    let mut taken: Vec<Result<Taken>> = jobs.iter().map(|job| take(model, job)).collect();
+    let matchers: Vec<Matcher> = jobs.iter().map(|job| matcher(model, job)).collect();
+    let works: Vec<Work> = (jobs.iter().zip(&matchers))
+        .map(|(job, matcher)| Work {
+            wanted: job.wanted(&model.settings),
+            matcher: matcher.as_ref(),
+            metric: model.gallery.metric(),
+            threshold: threshold(model, job),
+            limits,
+        })
+        .collect();
+    let mut streams = Vec::new();
+    let mut owners = Vec::new();
+    for (k, taken) in taken.iter_mut().enumerate() {
+        let Ok(Taken {
+            state: Some(state), ..
+        }) = taken
+        else {
+            continue;
+        };
+        state.cadence = jobs[k].cadence;
+        let (frames, work) = (&jobs[k].frames, &works[k]);
+        streams.push(Stream {
+            state,
+            frames,
+            work,
+        });
+        owners.push(k);
+    }
+    let mut followed: Vec<Option<Followed>> = jobs.iter().map(|_| None).collect();
+    for (k, result) in owners
+        .into_iter()
+        .zip(follow_together(engine, &mut streams))
+    {
+        followed[k] = Some(result);
+    }
+    drop(streams);
+    (jobs.iter().zip(taken).zip(followed))
+        .map(|((job, taken), followed)| conclude(model, job, taken?, followed))
+        .collect()
+}
+
+type Matcher<'a> = Box<dyn Fn(&[f32]) -> Result<Match> + 'a>;
+
+/// The gallery's answer for one embedding, at the request's threshold and
+/// `top_k`.
+fn matcher<'a>(model: &'a ModelState, job: &Job) -> Matcher<'a> {
+    let (threshold, top_k) = (threshold(model, job), job.top_k.unwrap_or(1));
+    Box::new(move |e: &[f32]| model.gallery.best_match(e, threshold, top_k))
+}
+
+fn threshold(model: &ModelState, job: &Job) -> f32 {
+    job.threshold.unwrap_or_else(|| model.gallery.threshold())
+}
+
+/// The request's sequence taken out of the model's sequences (started
+/// first at its START).
+fn take<'a>(model: &'a ModelState, job: &'a Job) -> Result<Taken<'a>> {
+    let step = (job.step.as_ref())
+        .ok_or_else(|| Error::internal("a followed request has no sequence step"))?;
+    let sequences = model.sequences.as_ref().ok_or_else(missing_state)?;
+    let now = Instant::now();
+    let mut seqs = lock(sequences);
+    if step.start {
+        seqs.start(&step.id, now)?;
+    }
+    let state = seqs.take(&step.id, now)?;
+    Ok(Taken {
         sequences,
         id: &step.id,
+        cadence: state.cadence,
         state: Some(state),
         close: false,
-    };
-    let state = taken.state.as_mut().expect("just taken");
-    let cadence = std::mem::replace(&mut state.cadence, job.cadence);
-    let frames = follow_frames(model, engine, job, state);
+    })
+}
+
+fn missing_state() -> Error {
+    Error::internal("sequence state is missing")
+}
+
+/// A request's answer once its frames are followed: its sequence put back
+/// (or closed at END), its documents rendered. A request that failed
+/// changed nothing in its sequence (sequence::follow), nor its cadence; it
+/// leaves the sequence open, as the every-frame path does, and a START that
+/// failed opens none.
+fn conclude(
+    model: &ModelState,
+    job: &Job,
+    mut taken: Taken,
+    followed: Option<Followed>,
+) -> Outcome {
+    let step = (job.step.as_ref())
+        .ok_or_else(|| Error::internal("a followed request has no sequence step"))?;
+    let followed = followed.unwrap_or_else(|| Err((0, Error::internal("not followed"))));
+    let frames = followed.map_err(|(i, e)| e.context(job.label(i, "image")));
+    let state = taken.state.as_mut().ok_or_else(missing_state)?;
     let recap = (step.end && frames.is_ok()).then(|| state.recap());
     if frames.is_err() {
-        // A request that failed changed nothing in its sequence
-        // (sequence::follow), nor its cadence; it leaves the sequence open,
-        // as the every-frame path does, and a START that failed opens none.
-        state.cadence = cadence;
+        state.cadence = taken.cadence;
         taken.close = step.start;
     } else {
         taken.close = step.end;
@@ -78,7 +194,7 @@ pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome
         numbers.push((frame.number, frame.faces.iter().map(|f| f.track).collect()));
         docs.push(frame_doc(model, job, i, frame));
     }
-    let followed = Followed {
+    let followed = Answered {
         frames: numbers,
         recap,
     };
@@ -87,33 +203,6 @@ pub fn follow(model: &ModelState, engine: &mut dyn Engine, job: &Job) -> Outcome
         model,
         docs.iter().map(ImageDoc::to_json).collect(),
     ))
-}
-
-fn follow_frames(
-    model: &ModelState,
-    engine: &mut dyn Engine,
-    job: &Job,
-    state: &mut SequenceState,
-) -> Result<Vec<FollowedFrame>> {
-    let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
-    let top_k = job.top_k.unwrap_or(1);
-    let matcher = |e: &[f32]| model.gallery.best_match(e, threshold, top_k);
-    let limits = model
-        .sequences
-        .as_ref()
-        .map(|s| *lock(s).limits())
-        .ok_or_else(|| Error::internal("sequence state is missing"))?;
-    let mut work = Work {
-        engine,
-        wanted: job.wanted(&model.settings),
-        matcher: &matcher,
-        metric: model.gallery.metric(),
-        threshold,
-        limits,
-    };
-    state
-        .follow(&job.frames, &mut work)
-        .map_err(|(i, e)| e.context(job.label(i, "image")))
 }
 
 /// Frame `i`'s document: its faces, each saying whether it was detected or
@@ -154,6 +243,8 @@ fn frame_doc(model: &ModelState, job: &Job, i: usize, frame: FollowedFrame) -> I
 struct Taken<'a> {
     sequences: &'a Mutex<Sequences>,
     id: &'a CorrelationId,
+    /// The sequence's cadence before this request.
+    cadence: Cadence,
     state: Option<SequenceState>,
     close: bool,
 }

@@ -84,4 +84,17 @@ pub trait Engine: Send {
     /// embeddings, or `faces_at`), by their landmarks: what `analyze` would
     /// have computed for them.
     fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>>;
+    /// `faces_at` for several frames (the sequences of one Execute): one
+    /// result per frame. An engine that batches takes them together.
+    fn faces_at_many(&mut self, asked: &[(&Frame, Vec<BoxPx>)]) -> Vec<Result<Vec<Face>>> {
+        (asked.iter())
+            .map(|(frame, boxes)| self.faces_at(frame, boxes))
+            .collect()
+    }
+    /// `embed` for several frames: one result per frame.
+    fn embed_many(&mut self, asked: &[(&Frame, Vec<&Face>)]) -> Vec<Result<Vec<Vec<f32>>>> {
+        (asked.iter())
+            .map(|(frame, faces)| self.embed(frame, faces))
+            .collect()
+    }
 }

@@ -11,12 +11,11 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::tracker::{BoxTracker, TrackFrame, LOST_BELOW};
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::gallery::Match;
 use crate::pipeline::{BoxPx, Face, Frame, Metric, Stages, Wanted};
 
-use super::{majority, overlap, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
+use super::{majority, overlap, Before, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
 
 /// How a face of a followed frame was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,9 +54,9 @@ pub struct FollowedFrame {
     pub matching: Duration,
 }
 
-/// What following one frame needs from outside the sequence.
+/// What following one frame needs from outside the sequence, but the
+/// engine (together.rs gives it, shared by the sequences of an Execute).
 pub struct Work<'a> {
-    pub engine: &'a mut dyn Engine,
     /// What the request asks of each detection (embeddings are decided here).
     pub wanted: Wanted,
     /// The gallery's answer for one embedding.
@@ -86,40 +85,56 @@ const AREA_CHANGE: f32 = 1.44;
 const SETTLED_SHARE: f32 = 0.75;
 const NEAR_THRESHOLD: f32 = 0.1;
 
+/// What a followed frame asks of the engine first: a detection (landmarks,
+/// no embeddings), or the landmarks at its trackers' boxes.
+pub enum Ask {
+    Detect(Wanted),
+    Landmarks(Vec<BoxPx>),
+}
+
+/// A followed frame between its engine calls (`begin`, `found`, `finish`).
+pub struct Pending {
+    image: Option<TrackFrame>,
+    detect: bool,
+    started: Instant,
+    stages: Stages,
+    /// Detection frames: each followed track's carried box; others: the
+    /// tracks their trackers still hold, with their boxes.
+    carried: Vec<(usize, BoxPx, f32)>,
+    held: Vec<(usize, BoxPx)>,
+    faces: Vec<Face>,
+    track_of: Vec<Option<usize>>,
+    due: Vec<bool>,
+}
+
+impl Pending {
+    /// The frame's faces, once found.
+    pub(super) fn faces(&self) -> &[Face] {
+        &self.faces
+    }
+}
+
 impl SequenceState {
-    /// Follow a request's frames, all or none: detect or track, embed what
-    /// needs it, match, and record. When one fails, the sequence is left as
-    /// it was before the first (its trackers aside: none is kept, the next
-    /// frame detects afresh), and the error comes with that frame's index.
-    /// A frame records nothing until nothing in it can fail, so only a
-    /// request of several frames keeps a copy of the tracks to go back to.
-    pub fn follow(
-        &mut self,
-        frames: &[Frame],
-        work: &mut Work<'_>,
-    ) -> std::result::Result<Vec<FollowedFrame>, (usize, Error)> {
-        let before = (frames.len() > 1).then(|| self.before());
-        let mut followed = Vec::with_capacity(frames.len());
-        for (i, frame) in frames.iter().enumerate() {
-            match self.follow_frame(frame, work) {
-                Ok(one) => followed.push(one),
-                Err(e) => {
-                    // Trackers moved by the failed frame are not kept either.
-                    self.tracks.iter_mut().for_each(|t| t.follow = None);
-                    self.size = None;
-                    if let Some(before) = before {
-                        self.restore(before);
-                    }
-                    return Err((i, e));
-                }
-            }
-        }
-        Ok(followed)
+    /// A request's state to go back to if one of its frames fails: only a
+    /// request of several frames keeps one.
+    pub(super) fn before_request(&self, frames: usize) -> Option<Before> {
+        (frames > 1).then(|| self.before())
     }
 
-    fn follow_frame(&mut self, frame: &Frame, work: &mut Work<'_>) -> Result<FollowedFrame> {
-        let n = self.frames;
-        let mut stages = Stages::default();
+    /// A frame of the request failed: the sequence is left as it was before
+    /// its first (its trackers aside: none is kept, the next frame detects
+    /// afresh).
+    pub(super) fn undo(&mut self, before: Option<Before>) {
+        self.tracks.iter_mut().for_each(|t| t.follow = None);
+        self.size = None;
+        if let Some(before) = before {
+            self.restore(before);
+        }
+    }
+
+    /// A frame up to its first engine call: the trackers carried, and
+    /// whether it is detected.
+    pub(super) fn begin(&mut self, frame: &Frame, work: &Work<'_>) -> Result<(Pending, Ask)> {
         let started = Instant::now();
         // Every frame detected: no tracker.
         let image = match self.cadence.detect_every {
@@ -137,22 +152,59 @@ impl SequenceState {
         let untracked = image.is_some()
             && (self.tracks.iter()).any(|t| t.follow.as_ref().is_some_and(|f| f.tracker.is_none()));
         let carried = self.carry(image.as_ref());
-        let detect = n.is_multiple_of(u64::from(self.cadence.detect_every))
+        let detect = self
+            .frames
+            .is_multiple_of(u64::from(self.cadence.detect_every))
             || self.size != size
             || untracked;
         self.size = size;
-        let (mut faces, track_of, source) = match detect {
-            true => self.detected(frame, work, carried)?,
-            false => self.tracked(frame, work, carried)?,
+        let mut pending = Pending {
+            image,
+            detect,
+            started,
+            stages: Stages::default(),
+            carried,
+            held: Vec::new(),
+            faces: Vec::new(),
+            track_of: Vec::new(),
+            due: Vec::new(),
+        };
+        let ask = match detect {
+            true => Ask::Detect(Wanted {
+                embeddings: false,
+                crops: false,
+                ..work.wanted
+            }),
+            false => {
+                pending.held = self.held(frame, std::mem::take(&mut pending.carried));
+                Ask::Landmarks(pending.held.iter().map(|&(_, b)| b).collect())
+            }
+        };
+        Ok((pending, ask))
+    }
+
+    /// The engine's faces for the frame: each joined to its track, and which
+    /// of them are embedded (their indices).
+    pub(super) fn found(
+        &mut self,
+        pending: &mut Pending,
+        faces: Vec<Face>,
+        work: &Work<'_>,
+    ) -> Vec<usize> {
+        let n = self.frames;
+        pending.track_of = match pending.detect {
+            true => self.detected(&faces, std::mem::take(&mut pending.carried)),
+            false => pending.held.iter().map(|&(t, _)| Some(t)).collect(),
         };
         // Detection frames: the detector and the trackers' re-anchoring;
         // others: the trackers and the landmarks at their boxes.
-        match detect {
-            true => stages.detection = started.elapsed(),
-            false => stages.landmarks = started.elapsed(),
+        match pending.detect {
+            true => pending.stages.detection = pending.started.elapsed(),
+            false => pending.stages.landmarks = pending.started.elapsed(),
         }
-        let started = Instant::now();
-        let due: Vec<bool> = (0..faces.len())
+        pending.started = Instant::now();
+        let track_of = &pending.track_of;
+        pending.due = (0..faces.len())
             .map(|i| {
                 let touching = faces
                     .iter()
@@ -161,35 +213,52 @@ impl SequenceState {
                 touching || track_of[i].is_none_or(|t| self.due(t, &faces[i].bbox, n, work))
             })
             .collect();
-        let chosen: Vec<&Face> = faces
-            .iter()
-            .zip(&due)
+        pending.faces = faces;
+        (pending.due.iter().enumerate())
             .filter(|(_, d)| **d)
-            .map(|(f, _)| f)
-            .collect();
-        let embeddings = work.engine.embed(frame, &chosen)?;
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The frame with the embeddings of its chosen faces: matched, answered
+    /// and recorded (or, when the gallery fails, nothing recorded).
+    pub(super) fn finish(
+        &mut self,
+        mut pending: Pending,
+        embeddings: Vec<Vec<f32>>,
+        work: &Work<'_>,
+    ) -> Result<FollowedFrame> {
+        let n = self.frames;
         let mut embeddings = embeddings.into_iter();
-        for (face, _) in faces.iter_mut().zip(&due).filter(|(_, d)| **d) {
+        let chosen = (pending.faces.iter_mut())
+            .zip(&pending.due)
+            .filter(|(_, d)| **d);
+        for (face, _) in chosen {
             face.embedding = embeddings
                 .next()
                 .ok_or_else(|| Error::internal("one embedding per face"))?;
         }
-        stages.embedding = started.elapsed();
+        pending.stages.embedding = pending.started.elapsed();
         let started = Instant::now();
         // The gallery's answers first: from here on nothing fails, and the
         // frame is recorded whole or not at all.
-        let matches = faces
-            .iter()
+        let matches = (pending.faces.iter())
             .map(|f| match f.embedding.is_empty() {
                 true => Ok(None),
                 false => (work.matcher)(&f.embedding).map(Some),
             })
             .collect::<Result<Vec<_>>>()?;
         // Tracks continued by a face of this frame: no other face rejoins them.
-        let claimed: Vec<usize> = track_of.iter().flatten().copied().collect();
-        let mut answered = Vec::with_capacity(faces.len());
-        for (found, continued) in faces.drain(..).zip(matches).zip(track_of) {
-            answered.push(self.answer(image.as_ref(), found, continued, &claimed, source, work));
+        let claimed: Vec<usize> = pending.track_of.iter().flatten().copied().collect();
+        let source = match pending.detect {
+            true => Source::Detected,
+            false => Source::Tracked,
+        };
+        let image = pending.image.as_ref();
+        let mut answered = Vec::with_capacity(pending.faces.len());
+        let faces = std::mem::take(&mut pending.faces);
+        for (found, continued) in faces.into_iter().zip(matches).zip(pending.track_of) {
+            answered.push(self.answer(image, found, continued, &claimed, source, work));
         }
         self.keep(
             answered
@@ -201,7 +270,7 @@ impl SequenceState {
         Ok(FollowedFrame {
             number: n,
             faces: answered,
-            stages,
+            stages: pending.stages,
             matching: started.elapsed(),
         })
     }
@@ -225,26 +294,13 @@ impl SequenceState {
         carried
     }
 
-    /// A detection frame: the detector's faces (landmarks, no embedding),
-    /// each with the track whose carried box it overlaps most; tracks no
-    /// face overlaps end.
+    /// A detection frame's faces, each with the track whose carried box it
+    /// overlaps most; tracks no face overlaps end.
     fn detected(
         &mut self,
-        frame: &Frame,
-        work: &mut Work<'_>,
+        faces: &[Face],
         carried: Vec<(usize, BoxPx, f32)>,
-    ) -> Result<(Vec<Face>, Vec<Option<usize>>, Source)> {
-        let wanted = Wanted {
-            embeddings: false,
-            crops: false,
-            ..work.wanted
-        };
-        let faces = work
-            .engine
-            .analyze(&[(frame, wanted)])
-            .pop()
-            .ok_or_else(|| Error::internal("one result per frame"))??
-            .faces;
+    ) -> Vec<Option<usize>> {
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (f, face) in faces.iter().enumerate() {
             for &(t, bbox, _) in &carried {
@@ -267,18 +323,13 @@ impl SequenceState {
                 self.tracks[t].follow = None;
             }
         }
-        Ok((faces, track_of, Source::Detected))
+        track_of
     }
 
     /// A frame between detections: each track its tracker still holds (sure
-    /// enough, its box's centre in the frame), with the engine's landmarks
-    /// at that box.
-    fn tracked(
-        &mut self,
-        frame: &Frame,
-        work: &mut Work<'_>,
-        carried: Vec<(usize, BoxPx, f32)>,
-    ) -> Result<(Vec<Face>, Vec<Option<usize>>, Source)> {
+    /// enough, its box's centre in the frame), to have the engine's
+    /// landmarks at that box; the others let go.
+    fn held(&mut self, frame: &Frame, carried: Vec<(usize, BoxPx, f32)>) -> Vec<(usize, BoxPx)> {
         let (w, h) = (frame.width as f32, frame.height as f32);
         let mut held = Vec::with_capacity(carried.len());
         for (t, b, confidence) in carried {
@@ -290,10 +341,7 @@ impl SequenceState {
                 self.tracks[t].follow = None;
             }
         }
-        let boxes: Vec<BoxPx> = held.iter().map(|(_, b)| *b).collect();
-        let faces = work.engine.faces_at(frame, &boxes)?;
-        let track_of = held.iter().map(|(t, _)| Some(*t)).collect();
-        Ok((faces, track_of, Source::Tracked))
+        held
     }
 
     /// Whether track `t`'s face at `bbox` in frame `n` is embedded again.
@@ -412,8 +460,9 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+    use crate::engine::Engine;
     use crate::pipeline::Analysis;
-    use crate::sequence::{Cadence, Sequences};
+    use crate::sequence::{follow_together, Cadence, Sequences, Stream};
 
     /// One face on every frame (box and embedding from the frame's height);
     /// a frame of width 99 fails.
@@ -492,35 +541,167 @@ mod tests {
                 candidates: Vec::new(),
             }),
         };
-        let mut engine = Scripted;
-        let mut work = Work {
-            engine: &mut engine,
+        let work = Work {
             wanted: Wanted::all(10),
             matcher: &matcher,
             metric: Metric::Euclidean,
             threshold: 0.6,
             limits,
         };
-        let done = state.follow(&[frame(8, 8), frame(8, 8)], &mut work).ok();
+        let follow = |state: &mut SequenceState, frames: &[Frame]| {
+            let stream = Stream {
+                state,
+                frames,
+                work: &work,
+            };
+            follow_together(&mut Scripted, &mut [stream]).pop().unwrap()
+        };
+        let done = follow(state, &[frame(8, 8), frame(8, 8)]).ok();
         assert_eq!(done.map(|f| f.len()), Some(2));
         // The second frame of three fails: the first is not counted either,
         // and no face of it joined a track.
-        let failed = state.follow(&[frame(8, 8), frame(99, 8), frame(8, 8)], &mut work);
+        let failed = follow(state, &[frame(8, 8), frame(99, 8), frame(8, 8)]);
         assert_eq!(failed.err().map(|(i, _)| i), Some(1));
         assert_eq!(state.frames(), 2);
         // A new face, then a failure: its track goes too.
-        let failed = state.follow(&[frame(8, 30), frame(99, 8)], &mut work);
+        let failed = follow(state, &[frame(8, 30), frame(99, 8)]);
         assert_eq!(failed.err().map(|(i, _)| i), Some(1));
         // One frame whose face the gallery cannot answer: not recorded.
-        let failed = state.follow(&[frame(8, 77)], &mut work);
+        let failed = follow(state, &[frame(8, 77)]);
         assert_eq!(failed.err().map(|(i, _)| i), Some(0));
         assert_eq!(state.frames(), 2);
-        let next = state.follow(&[frame(8, 8)], &mut work).ok().unwrap();
+        let next = follow(state, &[frame(8, 8)]).ok().unwrap();
         assert_eq!(next[0].number, 2);
         assert_eq!(next[0].faces[0].track, 0);
         let recap = state.recap();
         assert_eq!(recap.kept.len(), 3);
         assert_eq!(recap.tracks.len(), 1);
         assert_eq!(recap.tracks[0].frames, vec![0, 1, 2]);
+    }
+
+    /// Scripted, counting how many frames each engine call takes.
+    #[derive(Default)]
+    struct Counting {
+        analyzed: Vec<usize>,
+        embedded: Vec<usize>,
+    }
+
+    impl Engine for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn metric(&self) -> Metric {
+            Metric::Euclidean
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn embedding_len(&self) -> usize {
+            2
+        }
+        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+            self.analyzed.push(frames.len());
+            Scripted.analyze(frames)
+        }
+        fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+            Scripted.faces_at(frame, boxes)
+        }
+        fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+            Scripted.embed(frame, faces)
+        }
+        fn embed_many(&mut self, asked: &[(&Frame, Vec<&Face>)]) -> Vec<Result<Vec<Vec<f32>>>> {
+            self.embedded.push(asked.len());
+            (asked.iter())
+                .map(|(frame, faces)| Scripted.embed(frame, faces))
+                .collect()
+        }
+    }
+
+    /// Three sequences' requests of two frames in one call: each round's
+    /// detections in one engine call and its embeddings in another; the
+    /// sequence whose second frame fails fails alone, and the others answer
+    /// as each followed alone.
+    #[test]
+    fn sequences_followed_together_share_each_rounds_engine_calls() {
+        let limits = Limits {
+            max_sequences: 6,
+            max_frames: 10,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let matcher = |_: &[f32]| {
+            Ok(Match {
+                name: Some("obama".into()),
+                distance: Some(0.1),
+                candidates: Vec::new(),
+            })
+        };
+        let work = Work {
+            wanted: Wanted::all(10),
+            matcher: &matcher,
+            metric: Metric::Euclidean,
+            threshold: 0.6,
+            limits,
+        };
+        let requests = [
+            vec![frame(8, 8), frame(8, 9)],
+            vec![frame(8, 20), frame(99, 8)],
+            vec![frame(8, 30), frame(8, 31)],
+        ];
+        let mut seqs = Sequences::new(limits);
+        let now = Instant::now();
+        let ids: Vec<_> = (0..6).map(crate::sequence::CorrelationId::Int).collect();
+        for id in &ids {
+            seqs.start(id, now).unwrap().cadence = Cadence::EVERY_FRAME;
+        }
+        let mut together: Vec<SequenceState> = ids[..3]
+            .iter()
+            .map(|id| seqs.take(id, now).unwrap())
+            .collect();
+        let mut engine = Counting::default();
+        let mut streams: Vec<Stream> = (together.iter_mut().zip(&requests))
+            .map(|(state, frames)| Stream {
+                state,
+                frames,
+                work: &work,
+            })
+            .collect();
+        let got = follow_together(&mut engine, &mut streams);
+        assert_eq!(
+            engine.analyzed,
+            [3, 3],
+            "each round's detections in one call"
+        );
+        assert_eq!(
+            engine.embedded,
+            [3, 2],
+            "each round's embeddings in one call"
+        );
+        assert_eq!(got[1].as_ref().err().map(|(i, _)| *i), Some(1));
+        for k in [0, 2] {
+            let mut alone = seqs.take(&ids[3 + k / 2], now).unwrap();
+            let stream = Stream {
+                state: &mut alone,
+                frames: &requests[k],
+                work: &work,
+            };
+            let want = follow_together(&mut Scripted, &mut [stream]).pop().unwrap();
+            let (got, want) = (got[k].as_ref().ok().unwrap(), want.ok().unwrap());
+            let faces = |f: &[FollowedFrame]| -> Vec<(u64, Vec<u32>, Vec<Vec<f32>>)> {
+                f.iter()
+                    .map(|f| {
+                        let tracks = f.faces.iter().map(|x| x.track).collect();
+                        let embeddings = f.faces.iter().map(|x| x.face.embedding.clone()).collect();
+                        (f.number, tracks, embeddings)
+                    })
+                    .collect()
+            };
+            assert_eq!(faces(got), faces(&want), "sequence {k}");
+        }
+        assert_eq!(
+            together[1].frames(),
+            0,
+            "the failed request changed nothing"
+        );
+        assert_eq!(together[0].frames(), 2);
     }
 }

@@ -9,6 +9,7 @@
 //! (follow.rs).
 
 mod follow;
+mod together;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,6 +20,7 @@ use crate::pipeline::{BoxPx, Metric};
 use follow::Follow;
 
 pub use follow::{FollowedFace, FollowedFrame, Source, Work};
+pub use together::{follow_together, Followed, Stream};
 
 /// A person's name; `None` is a face that matched nobody.
 pub type Name = Option<String>;
@@ -188,7 +190,7 @@ impl Track {
 /// back if it fails partway: the tracks as they were (without their
 /// trackers; their frame lists, which only grow, by length) and how many
 /// frames were counted and kept.
-struct Before {
+pub(super) struct Before {
     frames: u64,
     tracks: Vec<(Track, usize)>,
     kept: usize,

@@ -244,31 +244,59 @@ impl Engine for OnnxEngine {
             .collect()
     }
     fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+        self.faces_at_many(&[(frame, boxes.to_vec())])
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("one result per frame")))
+    }
+    fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+        self.embed_many(&[(frame, faces.to_vec())])
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("one result per frame")))
+    }
+    fn faces_at_many(&mut self, asked: &[(&Frame, Vec<BoxPx>)]) -> Vec<Result<Vec<Face>>> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
-        let asked: Vec<(&Frame, BoxPx)> = boxes.iter().map(|&b| (frame, b)).collect();
-        (boxes.iter().zip(self.landmarks(&asked)))
-            .map(|(&bbox, five)| {
-                Ok(Face {
-                    bbox,
-                    score: None,
-                    landmarks: five?,
-                    embedding: Vec::new(),
-                    crop: None,
-                })
+        let boxes: Vec<(&Frame, BoxPx)> = (asked.iter())
+            .flat_map(|(frame, boxes)| boxes.iter().map(move |&b| (*frame, b)))
+            .collect();
+        let mut points = self.landmarks(&boxes).into_iter();
+        (asked.iter())
+            .map(|(_, boxes)| {
+                let mine: Vec<_> = points.by_ref().take(boxes.len()).collect();
+                (boxes.iter().zip(mine))
+                    .map(|(&bbox, five)| Ok(tracked_face(bbox, five?)))
+                    .collect()
             })
             .collect()
     }
-    fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
-        if faces.is_empty() {
-            return Ok(Vec::new());
-        }
+    fn embed_many(&mut self, asked: &[(&Frame, Vec<&Face>)]) -> Vec<Result<Vec<Vec<f32>>>> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
-        let chips = faces
-            .iter()
-            .map(|f| self.chip(frame, &f.landmarks))
-            .collect::<Result<Vec<_>>>()?;
-        self.embed_chips(&chips.iter().collect::<Vec<_>>())
-            .into_iter()
+        // Each frame's chips, or why its faces cannot be aligned.
+        let chips: Vec<Result<Vec<Frame>>> = (asked.iter())
+            .map(|(frame, faces)| {
+                faces
+                    .iter()
+                    .map(|f| self.chip(frame, &f.landmarks))
+                    .collect()
+            })
+            .collect();
+        let all: Vec<&Frame> = chips.iter().flatten().flatten().collect();
+        let mut embeddings = self.embed_chips(&all).into_iter();
+        (chips.iter())
+            .map(|made| {
+                let made = made.as_ref().map_err(Error::clone)?;
+                embeddings.by_ref().take(made.len()).collect()
+            })
             .collect()
+    }
+}
+
+/// A face at a tracker's box: its landmarks, no score, no embedding.
+fn tracked_face(bbox: BoxPx, landmarks: stages::Five) -> Face {
+    Face {
+        bbox,
+        score: None,
+        landmarks,
+        embedding: Vec::new(),
+        crop: None,
     }
 }

@@ -295,3 +295,46 @@ fn a_padded_run_answers_as_an_unpadded_one() {
     net.most = 6;
     assert_eq!(net.padded(5), 6);
 }
+
+/// The followed frames of several sequences: landmarks at trackers' boxes
+/// and embeddings, for several frames in one call, as one frame at a time.
+#[test]
+fn several_frames_landmarks_and_embeddings_as_one_at_a_time() {
+    let photos: Vec<Frame> = ["obama.jpg", "group5_480.jpg", "biden.jpg"]
+        .iter()
+        .map(|p| photo(p))
+        .collect();
+    let mut batched = engine(32, true);
+    let mut alone = engine(1, false);
+    let found: Vec<Vec<Face>> = (photos.iter())
+        .map(|p| {
+            alone
+                .analyze(&[(p, Wanted::all(64))])
+                .pop()
+                .unwrap()
+                .unwrap()
+                .faces
+        })
+        .collect();
+    let asked: Vec<(&Frame, Vec<BoxPx>)> = (photos.iter().zip(&found))
+        .map(|(p, faces)| (p, faces.iter().map(|f| f.bbox).collect()))
+        .collect();
+    let located = batched.faces_at_many(&asked);
+    for ((frame, boxes), got) in asked.iter().zip(&located) {
+        let want = alone.faces_at(frame, boxes).unwrap();
+        assert_eq!(got.as_ref().unwrap().len(), want.len());
+        for (a, b) in got.as_ref().unwrap().iter().zip(&want) {
+            assert_eq!(a.landmarks, b.landmarks);
+        }
+    }
+    let asked: Vec<(&Frame, Vec<&Face>)> = (photos.iter().zip(&found))
+        .map(|(p, faces)| (p, faces.iter().collect()))
+        .collect();
+    let embedded = batched.embed_many(&asked);
+    for ((frame, faces), got) in asked.iter().zip(embedded) {
+        let want = alone.embed(frame, faces).unwrap();
+        for (a, b) in got.unwrap().iter().zip(&want) {
+            assert!(Metric::Cosine.distance(a, b) <= 0.005);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The followed requests of one Execute, several sequences' at once: round
+//! by round, frame r of every request, each round's engine work in two calls
+//! over all of them (the detections and the trackers' landmarks, then the
+//! embeddings), so that an engine that batches runs each model once a round
+//! instead of once a sequence. Each sequence's own steps (follow.rs) run in
+//! between, on its own state.
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::pipeline::{BoxPx, Face, Frame, Wanted};
+
+use super::follow::{Ask, FollowedFrame, Pending, Work};
+use super::{Before, SequenceState};
+
+/// One request of one sequence.
+pub struct Stream<'a> {
+    pub state: &'a mut SequenceState,
+    pub frames: &'a [Frame],
+    pub work: &'a Work<'a>,
+}
+
+/// A request's followed frames, or the index of the frame that failed and
+/// why: a request that fails changes nothing in its sequence (its
+/// trackers aside: the next frame detects afresh).
+pub type Followed = std::result::Result<Vec<FollowedFrame>, (usize, Error)>;
+
+/// Follow every stream's frames with `engine`; one result per stream.
+pub fn follow_together(engine: &mut dyn Engine, streams: &mut [Stream<'_>]) -> Vec<Followed> {
+    let before: Vec<Option<Before>> = (streams.iter())
+        .map(|s| s.state.before_request(s.frames.len()))
+        .collect();
+    let mut results: Vec<Followed> = (streams.iter())
+        .map(|s| Ok(Vec::with_capacity(s.frames.len())))
+        .collect();
+    let rounds = streams.iter().map(|s| s.frames.len()).max().unwrap_or(0);
+    for r in 0..rounds {
+        let active: Vec<usize> = (0..streams.len())
+            .filter(|&i| results[i].is_ok() && r < streams[i].frames.len())
+            .collect();
+        for (i, done) in round(engine, streams, &active, r) {
+            match (done, &mut results[i]) {
+                (Ok(frame), Ok(frames)) => frames.push(frame),
+                (Err(e), result) => *result = Err((r, e)),
+                (Ok(_), Err(_)) => {}
+            }
+        }
+    }
+    for ((stream, before), result) in streams.iter_mut().zip(before).zip(&results) {
+        if result.is_err() {
+            stream.state.undo(before);
+        }
+    }
+    results
+}
+
+/// Frame `r` of each `active` stream: its followed frame, or why not.
+fn round(
+    engine: &mut dyn Engine,
+    streams: &mut [Stream<'_>],
+    active: &[usize],
+    r: usize,
+) -> Vec<(usize, Result<FollowedFrame>)> {
+    let mut done = Vec::new();
+    let mut begun = Vec::new();
+    for &i in active {
+        let s = &mut streams[i];
+        match s.state.begin(&s.frames[r], s.work) {
+            Ok((pending, ask)) => begun.push((i, pending, ask)),
+            Err(e) => done.push((i, Err(e))),
+        }
+    }
+    let faces = faces_of(engine, streams, &begun, r);
+    let mut chosen = Vec::new();
+    for ((i, mut pending, _), faces) in begun.into_iter().zip(faces) {
+        match faces {
+            Ok(faces) => {
+                let s = &mut streams[i];
+                let picked = s.state.found(&mut pending, faces, s.work);
+                chosen.push((i, pending, picked));
+            }
+            Err(e) => done.push((i, Err(e))),
+        }
+    }
+    let asked: Vec<(&Frame, Vec<&Face>)> = (chosen.iter())
+        .map(|(i, pending, picked)| {
+            let faces = picked.iter().map(|&k| &pending.faces()[k]).collect();
+            (&streams[*i].frames[r], faces)
+        })
+        .collect();
+    let mut embeddings = engine.embed_many(&asked).into_iter();
+    drop(asked);
+    for (i, pending, _) in chosen {
+        let missing = || Err(Error::internal("one result per frame"));
+        let embedded = embeddings.next().unwrap_or_else(missing);
+        let s = &mut streams[i];
+        done.push((i, embedded.and_then(|e| s.state.finish(pending, e, s.work))));
+    }
+    done
+}
+
+/// The engine's faces for each begun frame: the detections together, the
+/// trackers' landmarks together; one result per frame, in order.
+fn faces_of(
+    engine: &mut dyn Engine,
+    streams: &[Stream<'_>],
+    begun: &[(usize, Pending, Ask)],
+    r: usize,
+) -> Vec<Result<Vec<Face>>> {
+    let mut detect: Vec<(&Frame, Wanted)> = Vec::new();
+    let mut locate: Vec<(&Frame, Vec<BoxPx>)> = Vec::new();
+    for (i, _, ask) in begun {
+        let frame = &streams[*i].frames[r];
+        match ask {
+            Ask::Detect(wanted) => detect.push((frame, *wanted)),
+            Ask::Landmarks(boxes) => locate.push((frame, boxes.clone())),
+        }
+    }
+    let mut detected = engine.analyze(&detect).into_iter();
+    let mut located = engine.faces_at_many(&locate).into_iter();
+    let missing = || Err(Error::internal("one result per frame"));
+    (begun.iter())
+        .map(|(_, _, ask)| match ask {
+            Ask::Detect(_) => detected.next().map_or_else(missing, |a| a.map(|a| a.faces)),
+            Ask::Landmarks(_) => located.next().unwrap_or_else(missing),
+        })
+        .collect()
+}
