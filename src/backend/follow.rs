@@ -1,7 +1,8 @@
-//! A sequence request whose cadence is not every frame: its state is taken
-//! out of the model's sequences (their lock is not held while the engine
-//! runs), its frames followed one by one (sequence::follow), and its answer
-//! rendered as any sequence frame's, each face saying how it was obtained.
+//! The sequence requests of an Execute whose cadence is not every frame:
+//! each one's state is taken out of the model's sequences (their lock is not
+//! held while the engine runs), their frames followed together
+//! (sequence::follow_together), and each answer rendered as any sequence
+//! frame's, each face saying how it was obtained.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::gallery::Match;
 use crate::result::{FaceDoc, ImageDoc};
 use crate::sequence::{
-    follow_together, Cadence, CorrelationId, Followed, FollowedFrame, SequenceState, Sequences,
+    follow_together, Cadence, CorrelationId, FollowResult, FollowedFrame, SequenceState, Sequences,
     Stream, Work,
 };
 
@@ -58,19 +59,29 @@ pub fn follow_all(model: &ModelState, engine: &mut dyn Engine, jobs: &[&Job]) ->
 }
 
 /// `jobs` by index in waves: each sequence at most once a wave, its
-/// requests in the order they came.
+/// requests in the order they came; a START after every END that came
+/// before it (an ended sequence counts against `max_sequences` until its
+/// wave is done, as one after another it did not).
 fn waves(jobs: &[&Job]) -> Vec<Vec<usize>> {
     let mut waves: Vec<Vec<usize>> = Vec::new();
     let mut last: HashMap<&CorrelationId, usize> = HashMap::new();
+    let mut last_end: Option<usize> = None;
     for (i, job) in jobs.iter().enumerate() {
-        let id = job.step.as_ref().map(|s| &s.id);
-        let wave = id.and_then(|id| last.get(id)).map_or(0, |w| w + 1);
+        let step = job.step.as_ref();
+        let id = step.map(|s| &s.id);
+        let mut wave = id.and_then(|id| last.get(id)).map_or(0, |w| w + 1);
+        if step.is_some_and(|s| s.start) {
+            wave = wave.max(last_end.map_or(0, |e| e + 1));
+        }
         if waves.len() <= wave {
             waves.push(Vec::new());
         }
         waves[wave].push(i);
         if let Some(id) = id {
             last.insert(id, wave);
+        }
+        if step.is_some_and(|s| s.end) {
+            last_end = last_end.max(Some(wave));
         }
     }
     waves
@@ -112,7 +123,7 @@ fn follow_wave(model: &ModelState, engine: &mut dyn Engine, jobs: &[&Job]) -> Ve
         });
         owners.push(k);
     }
-    let mut followed: Vec<Option<Followed>> = jobs.iter().map(|_| None).collect();
+    let mut followed: Vec<Option<FollowResult>> = jobs.iter().map(|_| None).collect();
     for (k, result) in owners
         .into_iter()
         .zip(follow_together(engine, &mut streams))
@@ -172,11 +183,11 @@ fn conclude(
     model: &ModelState,
     job: &Job,
     mut taken: Taken,
-    followed: Option<Followed>,
+    followed: Option<FollowResult>,
 ) -> Outcome {
     let step = (job.step.as_ref())
         .ok_or_else(|| Error::internal("a followed request has no sequence step"))?;
-    let followed = followed.unwrap_or_else(|| Err((0, Error::internal("not followed"))));
+    let followed = followed.ok_or_else(|| Error::internal("a request was not followed"))?;
     let frames = followed.map_err(|(i, e)| e.context(job.label(i, "image")));
     let state = taken.state.as_mut().ok_or_else(missing_state)?;
     let recap = (step.end && frames.is_ok()).then(|| state.recap());

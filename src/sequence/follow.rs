@@ -704,4 +704,85 @@ mod tests {
         );
         assert_eq!(together[0].frames(), 2);
     }
+
+    /// Scripted, but an engine call with a frame 98 px wide panics.
+    struct Panicking;
+
+    impl Engine for Panicking {
+        fn name(&self) -> &str {
+            "panicking"
+        }
+        fn metric(&self) -> Metric {
+            Metric::Euclidean
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn embedding_len(&self) -> usize {
+            2
+        }
+        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+            assert!(
+                frames.iter().all(|(f, _)| f.width != 98),
+                "panicking: width 98"
+            );
+            Scripted.analyze(frames)
+        }
+        fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+            Scripted.faces_at(frame, boxes)
+        }
+        fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+            Scripted.embed(frame, faces)
+        }
+    }
+
+    /// A panic in a round's engine call fails that round's frames (every
+    /// sequence in the call), each sequence undone; nothing unwinds further.
+    #[test]
+    fn an_engine_panic_fails_its_rounds_requests_and_undoes_them() {
+        let limits = Limits {
+            max_sequences: 2,
+            max_frames: 10,
+            idle_timeout: Duration::from_secs(10),
+        };
+        let matcher = |_: &[f32]| Ok(Match::default());
+        let work = Work {
+            wanted: Wanted::all(10),
+            matcher: &matcher,
+            metric: Metric::Euclidean,
+            threshold: 0.6,
+            limits,
+        };
+        let mut seqs = Sequences::new(limits);
+        let now = Instant::now();
+        let ids: Vec<_> = (0..2).map(crate::sequence::CorrelationId::Int).collect();
+        let mut states: Vec<SequenceState> = (ids.iter())
+            .map(|id| {
+                seqs.start(id, now).unwrap().cadence = Cadence::EVERY_FRAME;
+                seqs.take(id, now).unwrap()
+            })
+            .collect();
+        let requests = [
+            vec![frame(8, 8), frame(98, 8)],
+            vec![frame(8, 9), frame(8, 9)],
+        ];
+        let mut streams: Vec<Stream> = (states.iter_mut().zip(&requests))
+            .map(|(state, frames)| Stream {
+                state,
+                frames,
+                work: &work,
+            })
+            .collect();
+        let got = follow_together(&mut Panicking, &mut streams);
+        for result in &got {
+            let (i, e) = result.as_ref().err().unwrap();
+            assert_eq!(*i, 1);
+            assert!(
+                e.message().contains("panicking: width 98"),
+                "{}",
+                e.message()
+            );
+        }
+        assert!(states.iter().all(|s| s.frames() == 0));
+    }
 }

@@ -20,7 +20,7 @@ use crate::pipeline::{BoxPx, Metric};
 use follow::Follow;
 
 pub use follow::{FollowedFace, FollowedFrame, Source, Work};
-pub use together::{follow_together, Followed, Stream};
+pub use together::{follow_together, FollowResult, Stream};
 
 /// A person's name; `None` is a face that matched nobody.
 pub type Name = Option<String>;

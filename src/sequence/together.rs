@@ -22,14 +22,14 @@ pub struct Stream<'a> {
 /// A request's followed frames, or the index of the frame that failed and
 /// why: a request that fails changes nothing in its sequence (its
 /// trackers aside: the next frame detects afresh).
-pub type Followed = std::result::Result<Vec<FollowedFrame>, (usize, Error)>;
+pub type FollowResult = std::result::Result<Vec<FollowedFrame>, (usize, Error)>;
 
 /// Follow every stream's frames with `engine`; one result per stream.
-pub fn follow_together(engine: &mut dyn Engine, streams: &mut [Stream<'_>]) -> Vec<Followed> {
+pub fn follow_together(engine: &mut dyn Engine, streams: &mut [Stream<'_>]) -> Vec<FollowResult> {
     let before: Vec<Option<Before>> = (streams.iter())
         .map(|s| s.state.before_request(s.frames.len()))
         .collect();
-    let mut results: Vec<Followed> = (streams.iter())
+    let mut results: Vec<FollowResult> = (streams.iter())
         .map(|s| Ok(Vec::with_capacity(s.frames.len())))
         .collect();
     let rounds = streams.iter().map(|s| s.frames.len()).max().unwrap_or(0);
@@ -37,6 +37,9 @@ pub fn follow_together(engine: &mut dyn Engine, streams: &mut [Stream<'_>]) -> V
         let active: Vec<usize> = (0..streams.len())
             .filter(|&i| results[i].is_ok() && r < streams[i].frames.len())
             .collect();
+        if active.is_empty() {
+            break;
+        }
         for (i, done) in round(engine, streams, &active, r) {
             match (done, &mut results[i]) {
                 (Ok(frame), Ok(frames)) => frames.push(frame),
@@ -87,7 +90,7 @@ fn round(
             (&streams[*i].frames[r], faces)
         })
         .collect();
-    let mut embeddings = engine.embed_many(&asked).into_iter();
+    let mut embeddings = shielded(asked.len(), || engine.embed_many(&asked)).into_iter();
     drop(asked);
     for (i, pending, _) in chosen {
         let missing = || Err(Error::internal("one result per frame"));
@@ -115,8 +118,8 @@ fn faces_of(
             Ask::Landmarks(boxes) => locate.push((frame, boxes.clone())),
         }
     }
-    let mut detected = engine.analyze(&detect).into_iter();
-    let mut located = engine.faces_at_many(&locate).into_iter();
+    let mut detected = shielded(detect.len(), || engine.analyze(&detect)).into_iter();
+    let mut located = shielded(locate.len(), || engine.faces_at_many(&locate)).into_iter();
     let missing = || Err(Error::internal("one result per frame"));
     (begun.iter())
         .map(|(_, _, ask)| match ask {
@@ -124,4 +127,20 @@ fn faces_of(
             Ask::Landmarks(_) => located.next().unwrap_or_else(missing),
         })
         .collect()
+}
+
+/// An engine call for `n` frames (none: not made), a panic in it an error
+/// for each: the sequences are then undone like any that failed, and the
+/// rest of the Execute goes on.
+fn shielded<T>(n: usize, call: impl FnOnce() -> Vec<Result<T>>) -> Vec<Result<T>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
+        let why = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        let error = Error::internal(format!("the engine panicked: {why}"));
+        (0..n).map(|_| Err(error.clone())).collect()
+    })
 }

@@ -37,7 +37,10 @@ impl OnnxEngine {
         self.add_landmarks(&images, &mut faces);
         laps.lap("landmarks");
         let chips = self.add_chips(frames, &mut faces);
-        laps.lap("align");
+        // No alignment asked (detect_only): no time for it either.
+        if frames.iter().any(|(_, w)| w.embeddings || w.crops) {
+            laps.lap("align");
+        }
         if !chips.is_empty() {
             self.add_embeddings(&chips, &mut faces);
             laps.lap("embedder");

@@ -24,6 +24,24 @@ mod stages;
 mod test_models;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod shares_tests {
+    use super::*;
+
+    /// A share with a failed item fails whole, and the next share still
+    /// starts after it (a frame never takes another frame's embeddings).
+    #[test]
+    fn each_share_takes_its_own_items_whatever_fails() {
+        let results = vec![Ok(1), Err(Error::internal("b")), Ok(3), Ok(4), Ok(5)];
+        let sizes = [Ok(3), Err(Error::invalid("no chips")), Ok(1), Ok(2)];
+        let got = shares(sizes.into_iter(), results);
+        assert_eq!(got[0].as_ref().unwrap_err().message(), "b");
+        assert_eq!(got[1].as_ref().unwrap_err().message(), "no chips");
+        assert_eq!(got[2].as_ref().unwrap(), &vec![4]);
+        assert!(got[3].is_err(), "one item short: {:?}", got[3]);
+    }
+}
 mod tract;
 mod tract_ops;
 
@@ -258,13 +276,13 @@ impl Engine for OnnxEngine {
         let boxes: Vec<(&Frame, BoxPx)> = (asked.iter())
             .flat_map(|(frame, boxes)| boxes.iter().map(move |&b| (*frame, b)))
             .collect();
-        let mut points = self.landmarks(&boxes).into_iter();
-        (asked.iter())
-            .map(|(_, boxes)| {
-                let mine: Vec<_> = points.by_ref().take(boxes.len()).collect();
-                (boxes.iter().zip(mine))
-                    .map(|(&bbox, five)| Ok(tracked_face(bbox, five?)))
-                    .collect()
+        let sizes = asked.iter().map(|(_, boxes)| Ok(boxes.len()));
+        (shares(sizes, self.landmarks(&boxes)).into_iter().zip(asked))
+            .map(|(points, (_, boxes))| {
+                let faces = boxes.iter().zip(points?);
+                Ok(faces
+                    .map(|(&bbox, five)| tracked_face(bbox, five))
+                    .collect())
             })
             .collect()
     }
@@ -280,14 +298,31 @@ impl Engine for OnnxEngine {
             })
             .collect();
         let all: Vec<&Frame> = chips.iter().flatten().flatten().collect();
-        let mut embeddings = self.embed_chips(&all).into_iter();
-        (chips.iter())
-            .map(|made| {
-                let made = made.as_ref().map_err(Error::clone)?;
-                embeddings.by_ref().take(made.len()).collect()
-            })
-            .collect()
+        let sizes = chips
+            .iter()
+            .map(|c| c.as_ref().map(Vec::len).map_err(Error::clone));
+        shares(sizes, self.embed_chips(&all))
     }
+}
+
+/// `results`, one per item, cut into consecutive shares of `sizes` (a share
+/// that is an error takes no item): each share whole, as its items or its
+/// first item's error, the next share starting after it.
+fn shares<T>(
+    sizes: impl Iterator<Item = Result<usize>>,
+    results: Vec<Result<T>>,
+) -> Vec<Result<Vec<T>>> {
+    let mut results = results.into_iter();
+    sizes
+        .map(|size| {
+            let size = size?;
+            let mine: Vec<Result<T>> = results.by_ref().take(size).collect();
+            if mine.len() != size {
+                return Err(Error::internal("a stage lost a result"));
+            }
+            mine.into_iter().collect()
+        })
+        .collect()
 }
 
 /// A face at a tracker's box: its landmarks, no score, no embedding.
