@@ -107,9 +107,16 @@ def open_tab(driver, url: str, tab: str):
     raise AssertionError(f"no tab {tab}")
 
 
-def file_inputs(driver):
+def file_inputs(driver, at_least: int = 1, timeout: float = WAIT_S):
+    """The page's file inputs, once it shows `at_least` of them: a tab just clicked may still
+    be rendering (a loaded machine once found none)."""
     from selenium.webdriver.common.by import By
-    return driver.find_elements(By.CSS_SELECTOR, "[data-testid=stFileUploader] input[type=file]")
+    deadline = time.monotonic() + timeout
+    while len(found := driver.find_elements(
+            By.CSS_SELECTOR, "[data-testid=stFileUploader] input[type=file]")) < at_least:
+        assert time.monotonic() < deadline, f"{len(found)} file inputs on the page, not {at_least}"
+        time.sleep(0.3)
+    return found
 
 
 def click_button(driver, label: str, timeout: float = WAIT_S) -> None:
@@ -163,7 +170,8 @@ def test_enroll_and_forget_in_the_list(browser, app_url, photos):
     open_tab(browser, app_url, "People")
     wait_for_text(browser, "2 people")
     browser.find_element(By.CSS_SELECTOR, "input[aria-label=Name]").send_keys("alice")
-    file_inputs(browser)[1].send_keys(str(photos.path("obama3.jpg")))  # the form's uploader
+    # The second uploader is the enrollment form's.
+    file_inputs(browser, at_least=2)[1].send_keys(str(photos.path("obama3.jpg")))
     wait_for_text(browser, "obama3.jpg")
     click_button(browser, "Enroll")
     wait_for_text(browser, "Enrolled alice", "3 people")
