@@ -465,8 +465,13 @@ mod tests {
     use crate::sequence::{follow_together, Cadence, Sequences, Stream};
 
     /// One face on every frame (box and embedding from the frame's height);
-    /// a frame of width 99 fails.
-    struct Scripted;
+    /// a frame of width 99 fails, a call with one of width 98 panics. It
+    /// counts how many frames each detection and embedding call takes.
+    #[derive(Default)]
+    struct Scripted {
+        analyzed: Vec<usize>,
+        embedded: Vec<usize>,
+    }
 
     impl Engine for Scripted {
         fn name(&self) -> &str {
@@ -482,6 +487,11 @@ mod tests {
             2
         }
         fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+            self.analyzed.push(frames.len());
+            assert!(
+                frames.iter().all(|(f, _)| f.width != 98),
+                "scripted: width 98"
+            );
             let one = |f: &Frame| match f.width {
                 99 => Err(Error::internal("scripted: a broken frame")),
                 _ => Ok(Analysis {
@@ -510,6 +520,12 @@ mod tests {
                 .iter()
                 .map(|_| vec![frame.height as f32, 0.0])
                 .collect())
+        }
+        fn embed_many(&mut self, asked: &[(&Frame, Vec<&Face>)]) -> Vec<Result<Vec<Vec<f32>>>> {
+            self.embedded.push(asked.len());
+            (asked.iter())
+                .map(|(frame, faces)| self.embed(frame, faces))
+                .collect()
         }
     }
 
@@ -554,7 +570,9 @@ mod tests {
                 frames,
                 work: &work,
             };
-            follow_together(&mut Scripted, &mut [stream]).pop().unwrap()
+            follow_together(&mut Scripted::default(), &mut [stream])
+                .pop()
+                .unwrap()
         };
         let done = follow(state, &[frame(8, 8), frame(8, 8)]).ok();
         assert_eq!(done.map(|f| f.len()), Some(2));
@@ -577,44 +595,6 @@ mod tests {
         assert_eq!(recap.kept.len(), 3);
         assert_eq!(recap.tracks.len(), 1);
         assert_eq!(recap.tracks[0].frames, vec![0, 1, 2]);
-    }
-
-    /// Scripted, counting how many frames each engine call takes.
-    #[derive(Default)]
-    struct Counting {
-        analyzed: Vec<usize>,
-        embedded: Vec<usize>,
-    }
-
-    impl Engine for Counting {
-        fn name(&self) -> &str {
-            "counting"
-        }
-        fn metric(&self) -> Metric {
-            Metric::Euclidean
-        }
-        fn describe(&self) -> String {
-            String::new()
-        }
-        fn embedding_len(&self) -> usize {
-            2
-        }
-        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
-            self.analyzed.push(frames.len());
-            Scripted.analyze(frames)
-        }
-        fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
-            Scripted.faces_at(frame, boxes)
-        }
-        fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
-            Scripted.embed(frame, faces)
-        }
-        fn embed_many(&mut self, asked: &[(&Frame, Vec<&Face>)]) -> Vec<Result<Vec<Vec<f32>>>> {
-            self.embedded.push(asked.len());
-            (asked.iter())
-                .map(|(frame, faces)| Scripted.embed(frame, faces))
-                .collect()
-        }
     }
 
     /// Three sequences' requests of two frames in one call: each round's
@@ -657,7 +637,7 @@ mod tests {
             .iter()
             .map(|id| seqs.take(id, now).unwrap())
             .collect();
-        let mut engine = Counting::default();
+        let mut engine = Scripted::default();
         let mut streams: Vec<Stream> = (together.iter_mut().zip(&requests))
             .map(|(state, frames)| Stream {
                 state,
@@ -684,7 +664,9 @@ mod tests {
                 frames: &requests[k],
                 work: &work,
             };
-            let want = follow_together(&mut Scripted, &mut [stream]).pop().unwrap();
+            let want = follow_together(&mut Scripted::default(), &mut [stream])
+                .pop()
+                .unwrap();
             let (got, want) = (got[k].as_ref().ok().unwrap(), want.ok().unwrap());
             let faces = |f: &[FollowedFrame]| -> Vec<(u64, Vec<u32>, Vec<Vec<f32>>)> {
                 f.iter()
@@ -703,37 +685,6 @@ mod tests {
             "the failed request changed nothing"
         );
         assert_eq!(together[0].frames(), 2);
-    }
-
-    /// Scripted, but an engine call with a frame 98 px wide panics.
-    struct Panicking;
-
-    impl Engine for Panicking {
-        fn name(&self) -> &str {
-            "panicking"
-        }
-        fn metric(&self) -> Metric {
-            Metric::Euclidean
-        }
-        fn describe(&self) -> String {
-            String::new()
-        }
-        fn embedding_len(&self) -> usize {
-            2
-        }
-        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
-            assert!(
-                frames.iter().all(|(f, _)| f.width != 98),
-                "panicking: width 98"
-            );
-            Scripted.analyze(frames)
-        }
-        fn faces_at(&mut self, frame: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
-            Scripted.faces_at(frame, boxes)
-        }
-        fn embed(&mut self, frame: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
-            Scripted.embed(frame, faces)
-        }
     }
 
     /// A panic in a round's engine call fails that round's frames (every
@@ -773,12 +724,12 @@ mod tests {
                 work: &work,
             })
             .collect();
-        let got = follow_together(&mut Panicking, &mut streams);
+        let got = follow_together(&mut Scripted::default(), &mut streams);
         for result in &got {
             let (i, e) = result.as_ref().err().unwrap();
             assert_eq!(*i, 1);
             assert!(
-                e.message().contains("panicking: width 98"),
+                e.message().contains("scripted: width 98"),
                 "{}",
                 e.message()
             );

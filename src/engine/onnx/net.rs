@@ -304,11 +304,12 @@ impl Net {
         Ok(())
     }
 
-    /// `items` through the model, at most `per_run` in one run. `fill` appends an item's input values
-    /// ([C, H, W] of the model's shape) to the run's input. One result per
-    /// item, in order: its share of each output, or why it failed. An item
-    /// `fill` refuses fails alone; so does one the model fails on, since a
-    /// run that fails is run again item by item.
+    /// `items` through the model, at most `per_run` in one run. `fill`
+    /// appends an item's input values ([C, H, W] of the model's shape) to
+    /// the run's input. One result per item, in order: its share of each
+    /// output, or why it failed. An item `fill` refuses fails alone; so does
+    /// one the model fails on, since a run that fails is run again item by
+    /// item.
     pub(super) fn run_items<T>(
         &self,
         items: &[T],
@@ -322,24 +323,8 @@ impl Net {
         };
         for chunk in items.chunks(self.per_run()) {
             input.data.clear();
-            let filled: Vec<Result<()>> = chunk
-                .iter()
-                .map(|item| {
-                    let start = input.data.len();
-                    let done = fill(item, &mut input.data).and_then(|()| {
-                        let got = input.data.len() - start;
-                        (got == per_item).then_some(()).ok_or_else(|| {
-                            Error::internal(format!(
-                                "model input: {got} values for an item of shape {:?}",
-                                &self.shape[1..]
-                            ))
-                        })
-                    });
-                    if done.is_err() {
-                        input.data.truncate(start);
-                    }
-                    done
-                })
+            let filled: Vec<Result<()>> = (chunk.iter())
+                .map(|item| self.fill_one(item, &mut fill, &mut input.data))
                 .collect();
             let count = filled.iter().filter(|f| f.is_ok()).count();
             input.shape[0] = self.padded(count);
@@ -354,6 +339,29 @@ impl Net {
             }));
         }
         results
+    }
+
+    /// One item's values appended to `data` by `fill`: all of them, or none
+    /// and why.
+    fn fill_one<T>(
+        &self,
+        item: &T,
+        fill: &mut impl FnMut(&T, &mut Vec<f32>) -> Result<()>,
+        data: &mut Vec<f32>,
+    ) -> Result<()> {
+        let start = data.len();
+        let per_item: usize = self.shape[1..].iter().product();
+        let done = fill(item, data).and_then(|()| match data.len() - start {
+            got if got == per_item => Ok(()),
+            got => Err(Error::internal(format!(
+                "model input: {got} values for an item of shape {:?}",
+                &self.shape[1..]
+            ))),
+        });
+        if done.is_err() {
+            data.truncate(start);
+        }
+        done
     }
 
     /// The items a run of `count` is made of: `count`, or with `pad_runs`
