@@ -6,8 +6,8 @@
 //! word) shared the same way. The million fits in the L3 of some CPUs (260
 //! MB on the Xeon we measure on), where a server's scan reads from memory:
 //! this is the kernels' cost, not the scan's in a server. The SIMD kernels
-//! ask the cache `AHEAD` bytes ahead, as shipped (since 2026-11-28; the
-//! table of 2026-11-27 in docs/benchmarks.md was measured without).
+//! ask the cache `AHEAD` bytes ahead, as shipped (docs/benchmarks.md, "Faces
+//! unlike the rest", gives the scan from memory with and without).
 //!
 //! Beside them, the library we would otherwise use: SimSIMD's Hamming
 //! distance (the kernels behind usearch), called once per person with the
