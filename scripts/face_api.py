@@ -6,8 +6,8 @@ always ends.
     client = face_api.connect("localhost:8000")
     doc = face_api.infer(client, "face", photo=open("obama.jpg", "rb").read())
 
-A model with `gallery_key_file` needs a key for ENROLL, FORGET and LIST: `infer` sends the
-environment variable FACE_GALLERY_KEY with those (as the request parameter `gallery_key`).
+A model with `gallery_key_file` needs a key for every request: `infer` sends the environment
+variable FACE_GALLERY_KEY with each (as the request parameter `gallery_key`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tritonclient.utils.shared_memory as system_shm
 from PIL import Image, ImageDraw, ImageFont
 from tritonclient.utils import InferenceServerException
 
-# The key a model with gallery_key_file asks for ENROLL, FORGET and LIST.
+# The key a model with gallery_key_file asks of every request.
 GALLERY_KEY_VAR = "FACE_GALLERY_KEY"
 
 # Colours of a named face, an unknown face and the text on them.
@@ -75,7 +75,7 @@ def infer(client, model: str, parameters: dict | None = None, **request) -> dict
     sequence_end pass through) -> its RESULT document."""
     sequence = {k: request.pop(k) for k in ("sequence_id", "sequence_start", "sequence_end") if k in request}
     key = os.environ.get(GALLERY_KEY_VAR)
-    if key and any(request.get(k) for k in ("enroll", "forget", "list_people")):
+    if key:
         parameters = {**(parameters or {}), "gallery_key": key}
     result = client.infer(
         model,

@@ -327,6 +327,26 @@ impl ImageDoc {
         }
     }
 
+    /// The gallery's distances (a face's name, its `top_k` candidates, a
+    /// summary's best) to `decimals`: an answer then tells little of a stored
+    /// vector (docs/gallery.md). A REFERENCE's distance is the client's own.
+    pub fn round_distances(&mut self, decimals: u32) {
+        let scale = 10f32.powi(decimals as i32);
+        let round = |d: &mut f32| *d = (*d * scale).round() / scale;
+        for face in self.faces.iter_mut().flatten() {
+            if let Some(d) = face.naming.as_mut().and_then(|n| n.distance.as_mut()) {
+                round(d);
+            }
+            for c in face.candidates.iter_mut().flatten() {
+                round(&mut c.distance);
+            }
+        }
+        let people = self.summary.iter_mut().flat_map(|s| s.people.iter_mut());
+        for d in people.filter_map(|p| p.best_distance.as_mut()) {
+            round(d);
+        }
+    }
+
     pub fn to_json(&self) -> Vec<u8> {
         // Serializing these plain structs cannot fail (no maps with non-string keys).
         serde_json::to_vec(self).expect("result documents always serialize")
@@ -441,6 +461,20 @@ mod tests {
             vec![FaceDoc::new(&face, Some(&m), true, true)],
         )
         .with_enrolled(&e);
+        let mut doc = doc;
+        doc.faces.as_mut().unwrap()[0].candidates.as_mut().unwrap()[0].distance = 0.123456;
+        doc.faces.as_mut().unwrap()[0].verification = Some(VerificationDoc {
+            distance: 0.123456,
+            same_person: true,
+        });
+        doc.round_distances(2);
+        let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
+        assert_eq!(v["faces"][0]["candidates"][0]["distance"], 0.12);
+        assert_eq!(
+            v["faces"][0]["verification"]["distance"], 0.123456,
+            "the client's own"
+        );
+        doc.faces.as_mut().unwrap()[0].candidates.as_mut().unwrap()[0].distance = 0.7;
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["enrolled"]["gallery_size"], 3);
         assert_eq!(

@@ -90,8 +90,9 @@ class Router:
         conf.write_text(render(NGINX_CONF.read_text(), http_ports, grpc_ports, self.ports))
         self.log = tmp / "nginx.log"
         with open(self.log, "wb") as log:
+            # The access log goes to stdout: kept with the errors, for tests to read.
             self.process = subprocess.Popen(nginx_command(nginx_binary(), tmp, conf),
-                                            stdout=subprocess.DEVNULL, stderr=log)
+                                            stdout=log, stderr=log)
         _LIVE.add(self)
         try:
             self._wait_healthy()

@@ -39,7 +39,8 @@ BATCHED = ONE_INSTANCE + [(r'(?m)^(parameters \{ key: "engine")',
 @pytest.fixture(scope="module")
 def server(start_module_server):
     return start_module_server(
-        params={"batch_threads": "1"},
+        # Distances unrounded: the two paths are compared within 0.005.
+        params={"batch_threads": "1", "distance_decimals": "6"},
         config_edits=BATCHED + [set_param("free_batch", "false")],
         copies={
             "face_batched": BATCHED,

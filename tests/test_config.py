@@ -70,10 +70,12 @@ def test_embeddings_and_distances(bgr, photos, engine):
     # The gallery holds obama.jpg and biden.jpg, embedded the same way as the request's photo.
     for photo in ("obama2.jpg", "obama3.jpg"):
         expected = engine.distance(embeddings[photo], embeddings["obama.jpg"])
-        assert faces[photo]["distance"] == pytest.approx(expected, abs=1e-3), (
+        # Answers round the gallery's distances to distance_decimals (2).
+        assert faces[photo]["distance"] == pytest.approx(expected, abs=0.005 + 1e-3), (
             f"{photo}: reported distance {faces[photo]['distance']} is not the {engine.metric} "
             f"distance {expected:.4f} to the gallery's obama"
         )
+        assert faces[photo]["distance"] == round(faces[photo]["distance"], 2)
 
 
 def assert_single(doc: dict) -> dict:

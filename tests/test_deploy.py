@@ -48,6 +48,7 @@ DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
 # The fleet section, "## Scale-out (fleet)", with the clients' header example.
 FLEET_DOC = REPO_ROOT / "docs" / "gallery.md"
 DSN_ENV = "FACE_GALLERY_DSN"
+KEYS_FILE = "/run/secrets/face/gallery.keys"
 # The oldest Kubernetes release the recipe is checked against; the newest bundled one too.
 OLDEST_K8S = "1.30"
 SETUP_HINT = "run scripts/setup.sh"
@@ -255,6 +256,27 @@ def test_gallery_dsn_comes_from_the_secret(validator):
         assert "postgresql://" not in text and password not in text, key
 
 
+def test_both_models_need_the_keys_of_one_secret(validator):
+    """The key file is the Secret gallery-keys, mounted 0400 where both models' gallery_key_file
+    points (they share the gallery "face", so the load would refuse two files); its placeholder
+    is too short to load; Triton forwards the `gallery_key` header."""
+    server = container(find("Deployment", "tritonserver"), "tritonserver")
+    volumes = {v["name"]: v for v in find("Deployment", "tritonserver")["spec"]["template"]
+               ["spec"]["volumes"]}
+    [mount] = [m for m in server["volumeMounts"] if m["mountPath"] == str(Path(KEYS_FILE).parent)]
+    secret_volume = volumes[mount["name"]]["secret"]
+    assert mount["readOnly"] and secret_volume["defaultMode"] == 0o400, secret_volume
+    secret = find("Secret", secret_volume["secretName"])["stringData"]
+    placeholder = secret[Path(KEYS_FILE).name]
+    label, key = placeholder.strip().split(":")
+    assert label == "ops" and len(key) < 16, "the shipped key must fail the load until replaced"
+    for name, text in find("ConfigMap", "models")["data"].items():
+        assert pbtxt_parameters(text)["gallery_key_file"] == KEYS_FILE, name
+    for flag in ("--http-header-forward-pattern=gallery_key",
+                 "--grpc-header-forward-pattern=gallery_key"):
+        assert flag in server["args"], server["args"]
+
+
 def normalized(text: str) -> str:
     """A config.pbtxt without comments, parameters and blank space."""
     text = re.sub(r"#.*", "", text)
@@ -271,7 +293,8 @@ def test_fleet_configs_follow_the_sample_models(model):
     gpu = sample.replace("kind: KIND_CPU", "kind: KIND_GPU").replace("count: 2", "count: 1")
     assert normalized(fleet) == normalized(gpu)
     expected = pbtxt_parameters(sample) | {"detector": "cnn", "gallery_store": "postgres",
-                                           "gallery_dsn_env": DSN_ENV}
+                                           "gallery_dsn_env": DSN_ENV,
+                                           "gallery_key_file": KEYS_FILE}
     got = pbtxt_parameters(fleet)
     assert {k: v for k, v in got.items() if k != "gallery_name"} == expected
 
@@ -447,6 +470,28 @@ def test_router_keeps_each_sequence_on_one_replica(fleet):
             "all sequences went to one replica"
         assert seen[None] == {0, 1, 2}, "requests without the header did not spread"
         client.close()
+
+
+def test_the_router_passes_the_key_header_and_never_logs_it(tmp_path):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    key = "k-router-4e5f6a7b8c9d0e1f"
+    replicas = [HttpReplica("gallery_key"), GrpcReplica("gallery_key")]
+    try:
+        router = Router(tmp_path, [replicas[0].port], [replicas[1].port])
+        replicas.append(router)
+        for client in (httpclient.InferenceServerClient(f"127.0.0.1:{router.ports[8000]}"),
+                       grpcclient.InferenceServerClient(f"127.0.0.1:{router.ports[8001]}")):
+            client.infer("face", [], headers={"gallery_key": key})
+            client.close()
+    finally:
+        for thing in reversed(replicas):
+            thing.stop()
+    assert replicas[0].seen == [key] and replicas[1].seen == [key]
+    log = router.log.read_text()
+    assert "/v2/models/face/infer" in log and "ModelInfer" in log, f"no access log: {log}"
+    assert key not in log, log
 
 
 def test_a_replica_leaving_moves_only_its_sequences(tmp_path):

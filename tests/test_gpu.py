@@ -142,7 +142,7 @@ def add_gpu_model(server: TritonServer, name: str = "face_gpu") -> Path:
 def explicit_server(suite_env, tmp_path, engine: str = "dlib") -> TritonServer:
     """A server with `face` loaded and a KIND_GPU copy `face_gpu` not loaded yet."""
     server = TritonServer(
-        suite_env, tmp_path, engine=engine,
+        suite_env, tmp_path, engine=engine, params={"distance_decimals": "6"},
         extra_args=("--model-control-mode=explicit", "--load-model=face"),
     )
     add_gpu_model(server)

@@ -60,10 +60,7 @@ pub fn answer(
     if let (Some(step), Some(followed)) = (&job.step, followed) {
         add_sequence(&mut docs, step, followed);
     }
-    Ok(result_tensor(
-        model,
-        docs.iter().map(ImageDoc::to_json).collect(),
-    ))
+    Ok(render(model, docs))
 }
 
 /// The gallery's answer for each face of each item, and the time it took
@@ -192,6 +189,16 @@ pub(super) fn stage_timings(
     }
 }
 
+/// RESULT holding `docs`, their gallery distances rounded to the model's
+/// `distance_decimals`.
+pub(super) fn render(model: &ModelState, mut docs: Vec<ImageDoc>) -> Vec<BytesTensor> {
+    let decimals = model.settings.distance_decimals;
+    for doc in &mut docs {
+        doc.round_distances(decimals);
+    }
+    result_tensor(model, docs.iter().map(ImageDoc::to_json).collect())
+}
+
 /// RESULT holding one JSON document per image.
 pub(super) fn result_tensor(model: &ModelState, elements: Vec<Vec<u8>>) -> Vec<BytesTensor> {
     let shape = if model.settings.batched {
@@ -227,7 +234,7 @@ fn follow_sequence(
     let now = Instant::now();
     let limits = *sequences.limits();
     if step.start {
-        sequences.start(&step.id, now)?;
+        sequences.start(&step.id, now)?.owner = job.by.clone();
     }
     let state = sequences.get(&step.id, now)?;
     state.cadence = job.cadence;

@@ -36,7 +36,7 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     let mut jobs: Vec<Result<Job>> = requests
         .iter()
         .map(|r| {
-            let by = model.access.admit(r)?;
+            let by = model.access.admit(r, model)?;
             read_job(r, settings, dim).map(|job| Job { by, ..job })
         })
         .collect();

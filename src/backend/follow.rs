@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::backend::answer::{
-    add_sequence, result_tensor, stage_timings, Followed as Answered, Outcome,
-};
+use crate::backend::answer::{add_sequence, render, stage_timings, Followed as Answered, Outcome};
 use crate::backend::job::Job;
 use crate::backend::model::ModelState;
 use crate::engine::Engine;
@@ -158,7 +156,7 @@ fn take<'a>(model: &'a ModelState, job: &'a Job) -> Result<Taken<'a>> {
     let now = Instant::now();
     let mut seqs = lock(sequences);
     if step.start {
-        seqs.start(&step.id, now)?;
+        seqs.start(&step.id, now)?.owner = job.by.clone();
     }
     let state = seqs.take(&step.id, now)?;
     Ok(Taken {
@@ -210,10 +208,7 @@ fn conclude(
         recap,
     };
     add_sequence(&mut docs, step, followed);
-    Ok(result_tensor(
-        model,
-        docs.iter().map(ImageDoc::to_json).collect(),
-    ))
+    Ok(render(model, docs))
 }
 
 /// Frame `i`'s document: its faces, each saying whether it was detected or

@@ -21,7 +21,7 @@ pub struct ModelState {
     pub name: String,
     pub settings: Settings,
     pub gallery: Gallery,
-    /// Who may change or list the gallery (`gallery_key_file`).
+    /// Who may do what (`gallery_key_file`, `key_rate`).
     pub access: Access,
     /// Sequence models: live per-correlation-ID state, shared by the instances.
     pub sequences: Option<Mutex<Sequences>>,
@@ -47,7 +47,7 @@ impl ModelState {
         ));
         // Loading an engine here also proves the weights are usable before any
         // instance starts; it then embeds the gallery images and is dropped.
-        let access = Access::load(&name, settings.gallery_key_file.as_deref())?;
+        let access = Access::load(&name, &settings)?;
         let mut engine = new_engine(&settings)?;
         let gallery = open_gallery(&name, &settings, engine.as_mut())?;
         let sequences = settings.sequence.as_ref().map(|q| {

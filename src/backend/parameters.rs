@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
+use crate::backend::access::MAX_RATE;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::Runtime;
@@ -126,6 +127,9 @@ fn positive<T: FromStr + PartialOrd + std::default::Default>(v: &str) -> Option<
 /// `max_engine_batch`'s largest value: the runs' inputs (a 320x240 detector
 /// input is 0.9 MB) and, on a GPU, the warm-up at load stay bounded.
 const MAX_ENGINE_BATCH: usize = 1024;
+
+/// `distance_decimals`' largest value: an f32 distance holds about 7 digits.
+const MAX_DECIMALS: u32 = 6;
 
 /// `detect_every`, `reidentify_every`: 1 to `MAX_CADENCE`.
 fn cadence(v: &str) -> Option<u32> {
@@ -269,13 +273,55 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "gallery_key_file",
         kind: Kind::Path,
         default: Default::Unset(
-            "none: any client may `ENROLL`, `FORGET` and `LIST` (the load logs a warning)",
+            "none: any client may recognize, search, `ENROLL`, `FORGET` and `LIST` (the load \
+             logs a warning)",
         ),
-        meaning: "file of keys, one per line (`label:key`, or a bare key labelled `default`), \
-                  relative to the model folder: `ENROLL`, `FORGET` and `LIST` then need the \
-                  request parameter `gallery_key` equal to one of them",
+        meaning: "file of keys, one per line (`label:roles:key`, roles from `recognize`, \
+                  `search`, `manage`; `label:key` holds every role), relative to the model \
+                  folder, mode 600 or 400: every request then needs the request parameter \
+                  `gallery_key` with a key that holds the roles it uses (docs/gallery.md)",
         section: Section::General,
         apply: |d, v| path(d.model_dir, v).map(|p| d.settings.gallery_key_file = Some(p)),
+    },
+    Parameter {
+        name: "key_rate",
+        kind: Kind::PositiveNumber,
+        default: Default::Unset("none: no limit"),
+        meaning: "with `gallery_key_file`: requests per second each key label may send, over \
+                  all the model's instances (`0.5`: one every 2 s); more are refused \
+                  `UNAVAILABLE` with when to retry",
+        section: Section::General,
+        apply: |d, v| {
+            let rate = positive::<f64>(v).filter(|r| *r <= MAX_RATE && *r >= 1e-6)?;
+            d.settings.key_rate = Some(rate);
+            Some(())
+        },
+    },
+    Parameter {
+        name: "key_burst",
+        kind: Kind::PositiveInteger,
+        default: Default::Unset("one second's worth: `key_rate` rounded up"),
+        meaning: "with `key_rate`: requests a key label may send at once before its rate holds",
+        section: Section::General,
+        apply: |d, v| {
+            let burst = positive::<u32>(v).filter(|b| f64::from(*b) <= MAX_RATE)?;
+            d.settings.key_burst = Some(burst);
+            Some(())
+        },
+    },
+    Parameter {
+        name: "distance_decimals",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("2"),
+        meaning: "decimals of the gallery's distances in answers (names, `top_k` candidates, \
+                  sequence summaries), at most 6: each decimal fewer makes rebuilding a stored \
+                  face from answers 10 times costlier per dimension (docs/gallery.md)",
+        section: Section::General,
+        apply: |d, v| {
+            let decimals = unsigned::<u32>(v).filter(|n| *n <= MAX_DECIMALS)?;
+            d.settings.distance_decimals = decimals;
+            Some(())
+        },
     },
     Parameter {
         name: "gallery_store",

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::backend::access::KeyRate;
 use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::gallery::store::{PgSettings, StoreKind};
@@ -21,8 +22,14 @@ pub struct Settings {
     pub weights_dir: PathBuf,
     pub gallery_dir: PathBuf,
     pub gallery_store: StoreKind,
-    /// Keys that `ENROLL`, `FORGET` and `LIST` need (read at load: access.rs).
+    /// Keys that every request needs, with roles (read at load: access/).
     pub gallery_key_file: Option<PathBuf>,
+    /// Requests per second each key label may send (`key_rate`), and at
+    /// once (`key_burst`): `key_rate()` puts them together.
+    pub key_rate: Option<f64>,
+    pub key_burst: Option<u32>,
+    /// Decimals of the gallery's distances in answers.
+    pub distance_decimals: u32,
     /// Where a `postgres` gallery is.
     pub postgres: PgSettings,
     pub pixel_format: PixelFormat,
@@ -49,6 +56,16 @@ pub struct Settings {
     pub min_compute_capability: Capability,
     /// The parameters the config sets (trimmed), for `describe_parameters`.
     pub(super) given: Vec<(&'static str, String)>,
+}
+
+impl Settings {
+    /// `key_rate` with its burst (`key_burst`, else one second's worth).
+    pub fn key_rate(&self) -> Option<KeyRate> {
+        self.key_rate.map(|per_second| KeyRate {
+            per_second,
+            burst: (self.key_burst).unwrap_or_else(|| KeyRate::default_burst(per_second)),
+        })
+    }
 }
 
 /// How a stateful model receives its sequence controls, from the config's

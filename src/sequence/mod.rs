@@ -140,6 +140,9 @@ pub struct SequenceState {
     tracks: Vec<Track>,
     kept: Vec<KeptFrame>,
     last_seen: Instant,
+    /// The label of the key its START brought (models with keys): its
+    /// frames hold that key.
+    pub owner: Option<String>,
 }
 
 impl Track {
@@ -237,6 +240,7 @@ impl SequenceState {
             tracks: Vec::new(),
             kept: Vec::new(),
             last_seen: now,
+            owner: None,
         }
     }
 
@@ -448,6 +452,11 @@ impl Sequences {
     /// The cadence of `id`'s live state, if it has one.
     pub fn cadence_of(&self, id: &CorrelationId) -> Option<Cadence> {
         self.live.get(id).map(|s| s.cadence)
+    }
+
+    /// The label of the key `id`'s START brought, if it is live.
+    pub fn owner_of(&self, id: &CorrelationId) -> Option<&str> {
+        self.live.get(id)?.owner.as_deref()
     }
 
     /// Close `id`, returning its state.

@@ -77,7 +77,7 @@ impl Gauge {
     /// The gauge `name{model="<model>"}`.
     pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Gauge> {
         let kind = sys::TRITONSERVER_METRIC_KIND_GAUGE;
-        Metric::new(kind, name, description, model).map(Gauge)
+        Metric::new(kind, name, description, &[("model", model)]).map(Gauge)
     }
 
     pub fn set(&self, value: f64) {
@@ -91,7 +91,18 @@ impl Counter {
     /// The counter `name{model="<model>"}`.
     pub fn new(name: &'static str, description: &'static str, model: &str) -> Result<Counter> {
         let kind = sys::TRITONSERVER_METRIC_KIND_COUNTER;
-        Metric::new(kind, name, description, model).map(Counter)
+        Metric::new(kind, name, description, &[("model", model)]).map(Counter)
+    }
+
+    /// The counter `name{model="<model>",<label>="<value>"}`.
+    pub fn with_label(
+        name: &'static str,
+        description: &'static str,
+        model: &str,
+        label: (&str, &str),
+    ) -> Result<Counter> {
+        let kind = sys::TRITONSERVER_METRIC_KIND_COUNTER;
+        Metric::new(kind, name, description, &[("model", model), label]).map(Counter)
     }
 
     pub fn increment(&self) {
@@ -106,29 +117,37 @@ impl Metric {
         kind: sys::TRITONSERVER_MetricKind,
         name: &'static str,
         description: &'static str,
-        model: &str,
+        labels: &[(&str, &str)],
     ) -> Result<Metric> {
         let family = family(kind, name, description)?;
         let api = metrics()?;
-        let (key, value) = (cstr("model")?, cstr(model)?);
-        // SAFETY: valid C strings; the server copies them into the parameter.
-        let label = unsafe {
-            api.TRITONSERVER_ParameterNew(
-                key.as_ptr(),
-                sys::TRITONSERVER_PARAMETER_STRING,
-                value.as_ptr().cast(),
-            )
-        };
-        if label.is_null() {
-            return Err(Error::internal("cannot create a metric label"));
+        let mut params = Vec::with_capacity(labels.len());
+        let made = (|| {
+            for (key, value) in labels {
+                let (key, value) = (cstr(key)?, cstr(value)?);
+                // SAFETY: valid C strings; the server copies them into the parameter.
+                let label = unsafe {
+                    api.TRITONSERVER_ParameterNew(
+                        key.as_ptr(),
+                        sys::TRITONSERVER_PARAMETER_STRING,
+                        value.as_ptr().cast(),
+                    )
+                };
+                if label.is_null() {
+                    return Err(Error::internal("cannot create a metric label"));
+                }
+                params.push(label as *const sys::TRITONSERVER_Parameter);
+            }
+            let mut metric = ptr::null_mut();
+            let count = params.len() as u64;
+            call!(api.TRITONSERVER_MetricNew(&mut metric, family, params.as_ptr() as *mut _, count))
+                .map(|()| Metric(metric))
+        })();
+        for label in params {
+            // SAFETY: the labels are ours and no longer needed once the metric exists.
+            unsafe { api.TRITONSERVER_ParameterDelete(label as *mut _) };
         }
-        let labels = [label as *const sys::TRITONSERVER_Parameter];
-        let mut metric = ptr::null_mut();
-        let made =
-            call!(api.TRITONSERVER_MetricNew(&mut metric, family, labels.as_ptr() as *mut _, 1));
-        // SAFETY: the label is ours and no longer needed once the metric exists.
-        unsafe { api.TRITONSERVER_ParameterDelete(label) };
-        made.map(|()| Metric(metric))
+        made
     }
 }
 

@@ -1,0 +1,225 @@
+//! A `gallery_key_file`: one key per line, `label:roles:key` (roles a comma
+//! list of `recognize`, `search`, `manage`) or `label:key` (every role).
+//! Whatever could be a mistake fails the load: a line without a label, an
+//! unknown role, a key shorter than 16 characters, a key or label twice.
+//! Keys are held as BLAKE3 hashes; no message shows one.
+
+use std::fmt;
+
+/// The shortest key a file may hold.
+pub const MIN_KEY_LEN: usize = 16;
+
+/// What a key may do: a set of roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Roles(u8);
+
+impl Roles {
+    /// Photos and frames answered with names, and detection only.
+    pub const RECOGNIZE: Roles = Roles(1);
+    /// `EMBEDDING` input, `top_k` above 1, a threshold above the model's,
+    /// raw embeddings in answers: what reads the gallery beyond a name.
+    pub const SEARCH: Roles = Roles(2);
+    /// `ENROLL`, `FORGET`, `LIST` and the record of changes.
+    pub const MANAGE: Roles = Roles(4);
+    pub const ALL: Roles = Roles(7);
+    const NAMED: [(Roles, &'static str); 3] = [
+        (Roles::RECOGNIZE, "recognize"),
+        (Roles::SEARCH, "search"),
+        (Roles::MANAGE, "manage"),
+    ];
+
+    pub fn holds(self, other: Roles) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// A comma list of role names; an unknown or empty one is an error
+    /// that names it (a role is no secret).
+    fn parse(list: &str) -> Result<Roles, String> {
+        let mut roles = Roles(0);
+        for word in list.split(',').map(str::trim) {
+            match Roles::NAMED.iter().find(|(_, name)| *name == word) {
+                Some((role, _)) => roles.0 |= role.0,
+                None => {
+                    return Err(format!(
+                        "unknown role '{word}' (roles: recognize, search, manage)"
+                    ))
+                }
+            }
+        }
+        Ok(roles)
+    }
+}
+
+impl fmt::Display for Roles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = (Roles::NAMED.iter())
+            .filter(|(role, _)| self.holds(*role))
+            .map(|(_, name)| *name)
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// One key of the file.
+pub struct Key {
+    pub label: String,
+    pub roles: Roles,
+    hash: blake3::Hash,
+}
+
+/// The keys of a file, in its order.
+pub struct GalleryKeys {
+    keys: Vec<Key>,
+}
+
+impl GalleryKeys {
+    /// The keys of a file's text; errors say the line, never its key.
+    /// Blank lines and lines starting with `#` are skipped.
+    pub fn parse(text: &str) -> Result<GalleryKeys, String> {
+        let mut keys: Vec<Key> = Vec::new();
+        let mut lines: Vec<usize> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let key = parse_line(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+            let twice = |k: &Key| match (k.label == key.label, k.hash == key.hash) {
+                (true, _) => Some(format!("the label '{}'", key.label)),
+                (_, true) => Some("the same key".to_string()),
+                _ => None,
+            };
+            if let Some((i, what)) = keys
+                .iter()
+                .enumerate()
+                .find_map(|(i, k)| Some((i, twice(k)?)))
+            {
+                return Err(format!("line {}: {what} as on line {}", n + 1, lines[i]));
+            }
+            keys.push(key);
+            lines.push(n + 1);
+        }
+        if keys.is_empty() {
+            return Err("no key in the file: it would refuse every request".into());
+        }
+        Ok(GalleryKeys { keys })
+    }
+
+    /// The key `presented` is, if any. Every key is compared (constant-time
+    /// hash equality): the time of a refusal tells nothing about the keys.
+    pub fn find(&self, presented: &str) -> Option<&Key> {
+        let hash = blake3::hash(presented.as_bytes());
+        let mut found = None;
+        for key in &self.keys {
+            if key.hash == hash && found.is_none() {
+                found = Some(key);
+            }
+        }
+        found
+    }
+
+    /// The key of `label` (a sequence's frames hold its START's key).
+    pub fn labelled(&self, label: &str) -> Option<&Key> {
+        self.keys.iter().find(|k| k.label == label)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Key> {
+        self.keys.iter()
+    }
+}
+
+/// `label:roles:key` or `label:key`; the key is everything after the
+/// field before it (it may hold a `:`).
+fn parse_line(line: &str) -> Result<Key, String> {
+    let expected = "expected label:roles:key or label:key";
+    let mut fields = line.splitn(3, ':').map(str::trim);
+    let (Some(label), Some(second)) = (fields.next(), fields.next()) else {
+        return Err(format!(
+            "{expected}: every key has a label, which the record of changes names"
+        ));
+    };
+    if !is_label(label) {
+        return Err(format!(
+            "{expected}: a label is 1 to 64 letters, digits, '_', '-', '.'"
+        ));
+    }
+    let (roles, key) = match fields.next() {
+        Some(key) => (Roles::parse(second)?, key),
+        None => (Roles::ALL, second),
+    };
+    if key.chars().count() < MIN_KEY_LEN {
+        return Err(format!(
+            "the key of '{label}' is shorter than {MIN_KEY_LEN} characters"
+        ));
+    }
+    Ok(Key {
+        label: label.to_string(),
+        roles,
+        hash: blake3::hash(key.as_bytes()),
+    })
+}
+
+/// A label: 1 to 64 letters, digits, `_`, `-`, `.`.
+fn is_label(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K1: &str = "k1-0123456789abcdef";
+    const K2: &str = "k2-0123456789abcdef";
+
+    #[test]
+    fn roles_two_field_lines_comments_and_blank_lines() {
+        let text = format!(
+            "# ops\n\nops:{K1}\n  cam : recognize, search : {K2}\nx:manage:a:b:0123456789abcdef\n"
+        );
+        let keys = GalleryKeys::parse(&text).unwrap();
+        let ops = keys.find(K1).unwrap();
+        assert_eq!((ops.label.as_str(), ops.roles), ("ops", Roles::ALL));
+        let cam = keys.find(K2).unwrap();
+        assert_eq!(cam.label, "cam");
+        assert!(cam.roles.holds(Roles::SEARCH) && !cam.roles.holds(Roles::MANAGE));
+        assert_eq!(cam.roles.to_string(), "recognize,search");
+        assert_eq!(
+            keys.find("a:b:0123456789abcdef").unwrap().label,
+            "x",
+            "a key may hold ':'"
+        );
+        assert!(keys.find(&format!("ops:{K1}")).is_none() && keys.find("").is_none());
+        assert!(keys.find(&K1[1..]).is_none());
+        assert_eq!(keys.labelled("cam").unwrap().roles, cam.roles);
+    }
+
+    #[test]
+    fn every_mistake_is_refused_by_line_without_the_key() {
+        let cases = [
+            ("# nothing\n\n".to_string(), "no key in the file"),
+            (format!("{K1}\n"), "line 1: expected label:roles:key"),
+            (
+                format!("ops:{K1}\nbad label:{K2}\n"),
+                "line 2: expected label:roles:key",
+            ),
+            ("ops:short-key-15chr\n".to_string(), "shorter than 16"),
+            (
+                format!("ops:{K1}\nops:{K2}\n"),
+                "line 2: the label 'ops' as on line 1",
+            ),
+            (
+                format!("ops:{K1}\n\ncam:recognize:{K1}\n"),
+                "line 3: the same key as on line 1",
+            ),
+            (format!("ops:recognise:{K1}\n"), "unknown role 'recognise'"),
+            (format!("ops::{K1}\n"), "unknown role ''"),
+        ];
+        for (text, needle) in cases {
+            let e = GalleryKeys::parse(&text).err().unwrap();
+            assert!(e.contains(needle), "{text:?}: {e}");
+            assert!(!e.contains(K1) && !e.contains(K2), "{e}");
+        }
+    }
+}

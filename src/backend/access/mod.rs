@@ -1,0 +1,225 @@
+//! Who may do what with a model: with `gallery_key_file`, every request
+//! needs the request parameter `gallery_key` with a key that holds the
+//! roles the request uses (needs.rs), at the key label's rate (rate.rs).
+//! A sequence's frames hold its START's key. Without a key file the model
+//! is open, and its load says so.
+//!
+//! No key and no presented value ever reaches a log, an error, an answer or
+//! a metric; a refusal's message is the same whichever keys exist.
+
+mod keys;
+mod needs;
+mod rate;
+mod shared;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use crate::backend::controls::read_step;
+use crate::backend::model::ModelState;
+use crate::backend::settings::Settings;
+use crate::error::{Error, Result};
+use crate::triton::metrics::Counter;
+use crate::triton::request::ParameterValue;
+use crate::triton::{log, Request};
+
+pub use keys::{GalleryKeys, Key, Roles, MIN_KEY_LEN};
+pub use needs::{Defaults, Need};
+pub use rate::{KeyRate, MAX_RATE};
+
+/// The request parameter that carries the key.
+pub const GALLERY_KEY: &str = "gallery_key";
+
+/// Why a request was refused: the label of `face_key_refusals`.
+#[derive(Clone, Copy)]
+enum Reason {
+    NoKey,
+    WrongKey,
+    Role,
+    Rate,
+}
+
+const REASONS: [(Reason, &str); 4] = [
+    (Reason::NoKey, "no_key"),
+    (Reason::WrongKey, "wrong_key"),
+    (Reason::Role, "role"),
+    (Reason::Rate, "rate"),
+];
+
+/// A model's access: its keys (none: open), their rate, the refusals' counts.
+pub struct Access {
+    guarded: Option<Guarded>,
+    _store: shared::Registered,
+}
+
+struct Guarded {
+    keys: GalleryKeys,
+    rate: Option<rate::Limiter>,
+    refusals: Vec<Option<Counter>>,
+}
+
+impl Access {
+    /// From the model's `gallery_key_file`, `key_rate` and `key_burst`;
+    /// logs what holds.
+    pub fn load(model: &str, settings: &Settings) -> Result<Access> {
+        let store = shared::register(model, settings)?;
+        let Some(path) = settings.gallery_key_file.as_deref() else {
+            if settings.key_rate.is_some() || settings.key_burst.is_some() {
+                return Err(Error::invalid(
+                    "key_rate and key_burst limit each key of gallery_key_file: set the file too",
+                ));
+            }
+            log::warn(&format!(
+                "model '{model}': no gallery_key_file: any client may recognize, search, ENROLL, \
+                 FORGET and LIST"
+            ));
+            return Ok(Access {
+                guarded: None,
+                _store: store,
+            });
+        };
+        let keys = read(path)?;
+        if settings.key_burst.is_some() && settings.key_rate.is_none() {
+            return Err(Error::invalid("key_burst goes with key_rate: set both"));
+        }
+        let rate = settings.key_rate().map(rate::Limiter::new).transpose()?;
+        let each: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{} ({})", k.label, k.roles))
+            .collect();
+        let limit = settings.key_rate().map_or(String::new(), |r| {
+            format!(", each at most {}/s (bursts of {})", r.per_second, r.burst)
+        });
+        log::info(&format!(
+            "model '{model}': every request needs a key of {}: {}{limit}",
+            path.display(),
+            each.join(", ")
+        ));
+        let refusals = REASONS
+            .iter()
+            .map(|(_, reason)| refusal_counter(model, reason))
+            .collect();
+        let guarded = Guarded {
+            keys,
+            rate,
+            refusals,
+        };
+        Ok(Access {
+            guarded: Some(guarded),
+            _store: store,
+        })
+    }
+
+    /// Whether `request` may run, before anything of it is decoded: its
+    /// key's label (for the record of changes), `None` on an open model.
+    pub fn admit(&self, request: &Request, model: &ModelState) -> Result<Option<String>> {
+        let Some(g) = &self.guarded else {
+            return Ok(None);
+        };
+        let step = match &model.settings.sequence {
+            Some(config) => Some(read_step(request, config)?),
+            None => None,
+        };
+        if step.as_ref().is_some_and(|s| !s.ready) {
+            return Ok(None); // an idle slot of the sequence batcher
+        }
+        let defaults = Defaults {
+            threshold: model.gallery.threshold(),
+            return_embeddings: model.settings.return_embeddings,
+        };
+        let needs = needs::needs(request, &defaults)?;
+        // A frame after START may leave its key out: its START's holds.
+        let held = match &step {
+            Some(s) if !s.start => owner_of(model, &s.id),
+            _ => None,
+        };
+        let key = match (presented(request)?, &held) {
+            (Some(p), _) => g.keys.find(&p).ok_or(Reason::WrongKey),
+            (None, Some(label)) => g.keys.labelled(label).ok_or(Reason::WrongKey),
+            (None, None) => Err(Reason::NoKey),
+        };
+        let key = key.and_then(|k| match &held {
+            Some(label) if *label != k.label => Err(Reason::WrongKey),
+            _ => Ok(k),
+        });
+        let missing = |k: &Key| needs.iter().find(|n| !k.roles.holds(n.role));
+        let key = match key {
+            Ok(k) => match missing(k) {
+                None => k,
+                Some(need) => return Err(g.refuse(Reason::Role, need)),
+            },
+            Err(reason) => return Err(g.refuse(reason, &needs[0])),
+        };
+        if let Some(limiter) = &g.rate {
+            limiter
+                .take(&key.label)
+                .inspect_err(|_| g.count(Reason::Rate))?;
+        }
+        Ok(Some(key.label.clone()))
+    }
+}
+
+impl Guarded {
+    fn count(&self, reason: Reason) {
+        if let Some(Some(counter)) = self.refusals.get(reason as usize) {
+            counter.increment();
+        }
+    }
+
+    /// Counted; one message whichever key was sent, if any.
+    fn refuse(&self, reason: Reason, need: &Need) -> Error {
+        self.count(reason);
+        let role = need.role;
+        Error::invalid(format!(
+            "this request needs the request parameter {GALLERY_KEY} with a key that holds the \
+             role '{role}': {} (a sequence's frames hold the key of its START)",
+            need.why
+        ))
+    }
+}
+
+/// The key file: its keys, refused when group or others may read it.
+fn read(path: &Path) -> Result<GalleryKeys> {
+    let shown = path.display();
+    let bad = |e: String| Error::invalid(format!("gallery_key_file {shown}: {e}"));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| bad(e.to_string()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(bad(format!(
+            "group or others may use it (mode {:o}): chmod 600 {shown}",
+            mode & 0o777
+        )));
+    }
+    GalleryKeys::parse(&text).map_err(bad)
+}
+
+/// The key a request sent (a value that is not text is no key).
+fn presented(request: &Request) -> Result<Option<String>> {
+    Ok(match request.parameter(GALLERY_KEY)? {
+        Some(ParameterValue::Str(key)) => Some(key),
+        Some(_) => Some(String::new()),
+        None => None,
+    })
+}
+
+/// The label of the key a live sequence's START brought.
+fn owner_of(model: &ModelState, id: &crate::sequence::CorrelationId) -> Option<String> {
+    let sequences = model.sequences.as_ref()?;
+    let sequences = sequences.lock().unwrap_or_else(|e| e.into_inner());
+    sequences.owner_of(id).map(str::to_string)
+}
+
+fn refusal_counter(model: &str, reason: &str) -> Option<Counter> {
+    Counter::with_label(
+        "face_key_refusals",
+        "Requests refused for their gallery_key: no key, a wrong key, a role the key lacks, \
+         or over the key's rate",
+        model,
+        ("reason", reason),
+    )
+    .inspect_err(|e| log::warn(&format!("model '{model}': no refusals metric: {e}")))
+    .ok()
+}

@@ -1,0 +1,84 @@
+//! The roles a request needs, from what it sends, before anything of it is
+//! decoded: a refused request costs no decode and changes nothing.
+
+use crate::backend::access::keys::Roles;
+use crate::backend::job::{
+    DETECT_ONLY, ENROLL, FORGET, LIST, MATCH_THRESHOLD, RETURN_EMBEDDINGS, TOP_K,
+};
+use crate::backend::tensors::{EMBEDDING, ENCODED, IMAGE};
+use crate::error::Result;
+use crate::triton::request::ParameterValue;
+use crate::triton::Request;
+
+/// One role a request needs, and what in it asks for the role.
+#[derive(Debug, PartialEq)]
+pub struct Need {
+    pub role: Roles,
+    pub why: &'static str,
+}
+
+/// What the model answers with when the request does not say.
+pub struct Defaults {
+    pub threshold: f32,
+    pub return_embeddings: bool,
+}
+
+/// Every role `request` needs (at least one).
+pub fn needs(request: &Request, defaults: &Defaults) -> Result<Vec<Need>> {
+    let has = |name: &str| request.input(name).map(|i| i.is_some());
+    let param = |name: &str| request.parameter(name);
+    let mut needs = Vec::new();
+    let mut need = |role, why| needs.push(Need { role, why });
+    let (enroll, images) = (has(ENROLL)?, has(IMAGE)? || has(ENCODED)?);
+    if enroll || has(FORGET)? || has(LIST)? {
+        need(
+            Roles::MANAGE,
+            "ENROLL, FORGET and LIST change or list the gallery",
+        );
+    }
+    if has(EMBEDDING)? {
+        need(
+            Roles::SEARCH,
+            "EMBEDDING searches the gallery with a vector",
+        );
+    }
+    if matches!(param(TOP_K)?, Some(ParameterValue::Int(k)) if k > 1) {
+        need(Roles::SEARCH, "top_k above 1 lists the nearest people");
+    }
+    if number(param(MATCH_THRESHOLD)?).is_some_and(|t| t > defaults.threshold as f64) {
+        need(
+            Roles::SEARCH,
+            "a match_threshold above the model's own names more faces",
+        );
+    }
+    let detect_only = matches!(param(DETECT_ONLY)?, Some(ParameterValue::Bool(true)));
+    let embeddings = match param(RETURN_EMBEDDINGS)? {
+        Some(ParameterValue::Bool(b)) => b,
+        _ => defaults.return_embeddings,
+    };
+    if images && embeddings && !detect_only {
+        need(
+            Roles::SEARCH,
+            "embeddings in the answer (send return_embeddings: false)",
+        );
+    }
+    if images && !enroll {
+        need(Roles::RECOGNIZE, "faces answered with names or boxes");
+    }
+    if needs.is_empty() {
+        // A sequence's START or END without a frame.
+        needs.push(Need {
+            role: Roles::RECOGNIZE,
+            why: "a sequence answered with names",
+        });
+    }
+    Ok(needs)
+}
+
+fn number(value: Option<ParameterValue>) -> Option<f64> {
+    match value? {
+        ParameterValue::Double(x) => Some(x),
+        ParameterValue::Int(n) => Some(n as f64),
+        _ => None,
+    }
+}
