@@ -11,6 +11,7 @@ so a scan that cannot find anything fails rather than passes."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from contextlib import closing
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from environment import REPO_ROOT
 from face_client import forget, infer_encoded, list_people, names, people
 from postgres_server import SUITE_DB
 
@@ -27,6 +29,10 @@ pytestmark = pytest.mark.engines("onnx", "dlib")
 
 # FORGET's erasure runs on its own thread, about a second after the change; the issue allows 60.
 ERASED_WITHIN_S = 60.0
+# What docs/gallery.md tells a PostgreSQL operator to run after a FORGET: every table that holds
+# vectors (tests/test_fleet_join.py runs it on a published index).
+VACUUM_FULL = ("VACUUM FULL triton_face.enrollments, triton_face.folder_photos, "
+               "triton_face.published_index_parts;")
 WINDOW = 16
 
 
@@ -124,6 +130,71 @@ def test_forget_erases_every_copy(start_server, engine, photos):
     assert not any(_found(server.model_dir, other).values()), _found(server.model_dir, other)
 
 
+def _legacy(path: Path, engine: str, metric: str, entries: dict[str, np.ndarray]) -> Path:
+    """The old store's `enrolled.json` (imported into SQLite at the next load)."""
+    [dim] = {len(v) for v in entries.values()}
+    path.write_text(json.dumps({
+        "version": 1, "engine": engine, "metric": metric, "dim": dim,
+        "entries": [{"name": n, "embedding": [float(x) for x in v]} for n, v in entries.items()],
+    }))
+    return path
+
+
+def _temporary_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.engines("onnx")  # the store's and the saved index's rules, the same for dlib
+def test_no_copy_outlives_an_import_another_embedders_rows_or_a_failed_save(
+        start_server, engine, photos, tmp_path):
+    """enrolled.json is erased once imported (and the `.migrated` copies older versions left);
+    a FORGET that deletes only another embedder's rows is erased like any; a save that fails
+    leaves no temporary file. Each time the byte scan finds nothing under the model folder."""
+    rng = np.random.default_rng(7)
+    ghost = rng.standard_normal(128).astype("<f4")  # dlib's rows: another embedder
+    mine = rng.standard_normal(512)
+    mine = (mine / np.linalg.norm(mine)).astype("<f4")
+    server = start_server(gallery={"enrolled.json": _legacy(
+        tmp_path / "dlib.json", "dlib", "euclidean", {"ghost": ghost})})
+    gallery = server.gallery_dir
+    leftovers = lambda: sorted(p.name for p in gallery.glob("enrolled.json*"))  # noqa: E731
+    assert leftovers() == [], "imported, then erased"
+    assert "imported 1 enrolled faces" in server.log_text()
+    server.stop()
+    _legacy(gallery / "enrolled.json", "onnx", "cosine", {"imported": mine})
+    _legacy(gallery / "enrolled.json.migrated", "onnx", "cosine", {"imported": mine})
+    server.start()
+    assert leftovers() == [], "the import and an older version's renamed copy, erased"
+    [doc] = infer_encoded(server.http(), [photos.bytes("obama.jpg")], enroll="obama")
+    server.stop()  # the index saved, with `imported`'s vector
+    forms = {"ghost": _forms(ghost, "dlib") | {}, "imported": _forms(mine, "onnx")}
+    forms["ghost"].pop("f16")  # another embedder's rows are only in the store
+    _assert_everywhere(server, forms["imported"])
+    assert _found(server.model_dir, forms["ghost"])["f32"], "the scan finds the other's row"
+
+    server.start()
+    for name in ("ghost", "imported"):
+        [gone] = forget(server.http(), name)
+        assert gone["forgotten"]["removed"] == 1, gone
+        _wait_erased(server, forms[name])
+
+    # A save that fails (a folder where the index goes): its temporary file goes at once.
+    obama = _forms(_enrolled(gallery, "obama"), "onnx")
+    (gallery / "gallery.index").unlink()
+    (gallery / "gallery.index" / "in-the-way").mkdir(parents=True)
+    [gone] = forget(server.http(), "obama")
+    assert gone["forgotten"]["removed"] == 1, gone
+    started = time.monotonic()
+    while "erasure not done yet" not in server.log_text():
+        assert time.monotonic() - started < ERASED_WITHIN_S, server.log_tail()
+        time.sleep(0.2)
+    assert _temporary_files(gallery) == []
+    _wait_erased(server, obama)
+    server.stop()
+    assert _temporary_files(gallery) == [], "the save at unload failed too, and left nothing"
+    assert not any(_found(server.model_dir, obama).values())
+
+
 def test_a_photo_out_of_the_folder_is_erased(start_server, engine, photos):
     server = start_server(gallery={"obama.jpg": photos.path("obama.jpg")})
     [ack] = infer_encoded(server.http(), [photos.bytes("biden.jpg")], enroll="biden")
@@ -163,7 +234,8 @@ def test_postgresql_rows_are_erased_by_vacuum_full(postgres, start_server, engin
     [gone] = forget(client, "obama")
     assert gone["forgotten"]["removed"] == 1
     assert in_tables(), "a deleted row stays in the files until VACUUM FULL"
-    postgres.sql("VACUUM FULL triton_face.enrollments", SUITE_DB)
+    assert VACUUM_FULL in (REPO_ROOT / "docs" / "gallery.md").read_text(), "the documented command"
+    postgres.sql(VACUUM_FULL, SUITE_DB)
     assert not in_tables()
     assert names(infer_encoded(client, [photos.bytes("biden.jpg")])[0]) == ["biden"]
 

@@ -9,7 +9,8 @@ real tritonservers, each with an empty model folder of its own:
 - a damaged published copy is refused (BLAKE3 of its manifest), the joining server C rebuilds
   and publishes a sound one, and D joins from that;
 - a FORGET on D: within seconds no part of the published copy holds the person's `i8` vector
-  (the form the graph walks; its half bytes are zeroed with it in the same file).
+  (the form the graph walks; its half bytes are zeroed with it in the same file), and once the
+  operator's VACUUM FULL has run no table file holds it in any form.
 
 The ONNX engine only: its 512-d embeddings are the large case."""
 
@@ -22,7 +23,7 @@ import pytest
 
 from face_client import forget, infer_encoded, names
 from postgres_server import SUITE_DB
-from test_erasure import ERASED_WITHIN_S, _forms, _windows
+from test_erasure import ERASED_WITHIN_S, VACUUM_FULL, _forms, _found, _windows
 
 pytestmark = pytest.mark.engines("onnx")
 
@@ -112,7 +113,15 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
     # A FORGET on any server: the published copy is replaced by one without the person's i8 bytes.
     [(hex_blob,)] = postgres.sql(
         "SELECT encode(embedding, 'hex') FROM triton_face.enrollments WHERE name = 'obama'", SUITE_DB)
-    obama = _forms(np.frombuffer(bytes.fromhex(hex_blob), dtype="<f4"), "onnx")["i8"]
+    forms = _forms(np.frombuffer(bytes.fromhex(hex_blob), dtype="<f4"), "onnx")
+    obama = forms["i8"]
+
+    def in_table_files() -> dict[str, list[str]]:
+        postgres.sql("CHECKPOINT", SUITE_DB)  # the pages written to the table files
+        return _found(postgres.data / "base", forms)
+
+    before = in_table_files()
+    assert before["f32"] and before["i8"], f"the scan finds obama in the table files: {before}"
 
     def published_parts_holding() -> int:
         return sum(int(postgres.sql(
@@ -129,3 +138,7 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
         time.sleep(0.5)
     print(f"the published copy without obama {time.monotonic() - forgotten:.1f} s after the FORGET")
     assert _who(b, photos, "obama2.jpg") == ["unknown"]
+    # The dead tuples of the rows and of the replaced copy: gone from every table file once the
+    # operator's VACUUM FULL (docs/gallery.md, privacy) has run.
+    postgres.sql(VACUUM_FULL, SUITE_DB)
+    assert in_table_files() == {"f32": [], "i8": []}

@@ -93,7 +93,7 @@ def _kinds(photos) -> list[tuple[str, dict, dict, str, str]]:
     return [
         ("recognize", photo, {}, AUDIT_KEY, CAM_KEY),
         ("detect_only", photo, {"detect_only": True}, AUDIT_KEY, CAM_KEY),
-        ("top_k 1", photo, {"top_k": 1}, AUDIT_KEY, CAM_KEY),
+        ("top_k 1", photo, {"top_k": 1}, CAM_KEY, FINDER_KEY),
         ("EMBEDDING", {"EMBEDDING": vector}, {}, CAM_KEY, FINDER_KEY),
         ("top_k 100", photo, {"top_k": 100}, CAM_KEY, FINDER_KEY),
         ("match_threshold 2", photo, {"match_threshold": 2.0}, CAM_KEY, FINDER_KEY),
@@ -157,20 +157,21 @@ def _frame(client, sequence_id, photos, key=None, start=False, end=False, tensor
     return doc
 
 
-def test_a_sequence_holds_its_starts_key(keyed, photos):
-    """The key of a sequence's START holds for its frames; a frame with another key is refused
-    (and the sequence goes on); a START without a key is refused."""
+def test_a_sequence_is_its_starts_keys(keyed, photos):
+    """A live sequence is its START's key's: its frames and END bring that key; a frame without
+    it or with another key is refused and the sequence goes on; another key's START cannot take
+    the sequence over; a START without a key or the role is refused."""
     client = keyed.grpc()
     expect_invalid(lambda: _frame(client, 501, photos, start=True), REFUSED)
     expect_invalid(lambda: _frame(client, 501, photos, key=AUDIT_KEY, start=True), "role 'recognize'")
     first = _frame(client, 501, photos, key=CAM_KEY, start=True)
     assert names(first) == ["obama"], first
-    assert names(_frame(client, 501, photos)) == ["obama"], "the START's key holds"
-    assert names(_frame(client, 501, photos, key=CAM_KEY)) == ["obama"], "the same key again"
-    for other in (OPS_KEY, FINDER_KEY, WRONG_KEY):
+    assert names(_frame(client, 501, photos, key=CAM_KEY)) == ["obama"]
+    for other in (None, OPS_KEY, FINDER_KEY, WRONG_KEY):
         expect_invalid(lambda: _frame(client, 501, photos, key=other), REFUSED)  # noqa: B023
-    last = _frame(client, 501, photos, end=True, tensors={})
-    assert last["summary"]["frames"] == 3, last
+    expect_invalid(lambda: _frame(client, 501, photos, key=FINDER_KEY, start=True), REFUSED)
+    last = _frame(client, 501, photos, key=CAM_KEY, end=True, tensors={})
+    assert last["summary"]["frames"] == 2, last
 
 
 def test_a_rate_per_key_label(start_server, tmp_path, photos):
@@ -242,7 +243,7 @@ BAD_FILES = [
     ("short", "ops:k-15-chars-xx\n", 0o600, "the key of 'ops' is shorter than 16 characters"),
     ("same-key", f"ops:{OPS_KEY}\ncam:recognize:{OPS_KEY}\n", 0o600, "line 2: the same key as on line 1"),
     ("same-label", f"ops:{OPS_KEY}\n\nops:{CAM_KEY}\n", 0o600, "line 3: the label 'ops' as on line 1"),
-    ("role", f"cam:recognise:{CAM_KEY}\n", 0o600, "unknown role 'recognise'"),
+    ("role", f"cam:recognise:{CAM_KEY}\n", 0o600, "line 1: an unknown role"),
     ("readable", f"ops:{OPS_KEY}\n", 0o644, "group or others may use it (mode 644): chmod 600"),
     ("missing", None, 0o600, "cannot be read"),
 ]

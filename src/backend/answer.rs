@@ -233,6 +233,8 @@ fn follow_sequence(
 ) -> Result<Followed> {
     let now = Instant::now();
     let limits = *sequences.limits();
+    let by = job.by.as_deref();
+    model.access.check_owner(sequences.owner_of(&step.id), by)?;
     if step.start {
         sequences.start(&step.id, now)?.owner = job.by.clone();
     }

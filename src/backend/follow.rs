@@ -155,6 +155,9 @@ fn take<'a>(model: &'a ModelState, job: &'a Job) -> Result<Taken<'a>> {
     let sequences = model.sequences.as_ref().ok_or_else(missing_state)?;
     let now = Instant::now();
     let mut seqs = lock(sequences);
+    model
+        .access
+        .check_owner(seqs.owner_of(&step.id), job.by.as_deref())?;
     if step.start {
         seqs.start(&step.id, now)?.owner = job.by.clone();
     }

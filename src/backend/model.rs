@@ -159,11 +159,11 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     ));
     if let Some(m) = &opened.migrated {
         log::info(&format!(
-            "model '{name}': imported {} enrolled faces from {} into the gallery store, \
-             renamed it {}",
+            "model '{name}': imported {} enrolled faces from {} into the gallery store; \
+             {} such file(s) erased (their rows are in the store)",
             m.entries,
             m.from.display(),
-            m.renamed_to.display()
+            m.erased
         ));
     }
     let index = &opened.index;

@@ -314,8 +314,8 @@ pub static PARAMETERS: &[Parameter] = &[
         kind: Kind::UnsignedInteger,
         default: Default::Value("2"),
         meaning: "decimals of the gallery's distances in answers (names, `top_k` candidates, \
-                  sequence summaries), at most 6: each decimal fewer makes rebuilding a stored \
-                  face from answers 10 times costlier per dimension (docs/gallery.md)",
+                  sequence summaries), at most 6; it blurs what an answer tells of a stored \
+                  face, but does not stop a `search` key from rebuilding one (docs/gallery.md)",
         section: Section::General,
         apply: |d, v| {
             let decimals = unsigned::<u32>(v).filter(|n| *n <= MAX_DECIMALS)?;

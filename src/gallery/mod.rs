@@ -337,9 +337,12 @@ impl Gallery {
     pub fn keep_for(&mut self, retention: Duration) -> Result<usize> {
         let (store, live) = (self.store.clone(), self.live.clone());
         let run = move || {
-            let stamps = locked(&store).expire(retention)?;
-            live.expire(&stamps)?;
-            Ok(stamps.len())
+            let expired = locked(&store).expire(retention)?;
+            live.expire(&expired.ours)?;
+            if expired.rows > 0 {
+                live.removed(); // another embedder's rows leave bytes too
+            }
+            Ok(expired.rows)
         };
         let now = run()?;
         drop(self.eraser.take());
@@ -617,6 +620,9 @@ impl Gallery {
         };
         let forgot = store.forget(names, by)?;
         self.live.forget_own(names, forgot.change)?;
+        if forgot.removed.iter().any(|&n| n > 0) {
+            self.live.removed(); // another embedder's rows leave bytes too
+        }
         let size = self.len();
         let forgotten = names.iter().zip(forgot.removed).zip(files);
         Ok(forgotten

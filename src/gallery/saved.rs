@@ -111,11 +111,17 @@ pub fn runs(mut keys: Vec<u64>) -> Vec<(u64, u64)> {
     out
 }
 
+pub const LOCK_FILE: &str = "gallery.index.lock";
+
 pub struct Saved {
     dir: PathBuf,
     owner: String,
     /// The published copy was found unusable: replace it at the next publish.
     published_bad: AtomicBool,
+    /// `gallery.index.lock`, locked while this gallery is open, when no
+    /// other gallery (another server, or this model's previous load still
+    /// unloading) holds it.
+    lock: Option<File>,
 }
 
 impl Saved {
@@ -124,6 +130,7 @@ impl Saved {
             dir: dir.to_path_buf(),
             owner,
             published_bad: AtomicBool::new(false),
+            lock: lock(dir),
         }
     }
 
@@ -142,8 +149,11 @@ impl Saved {
     /// `Err` says why the file is not used (for the log).
     pub fn load(&self, metric: Metric, dim: usize) -> Result<(VectorIndex, Manifest)> {
         // A killed writer's file goes now, even when nothing is saved: it
-        // may be a gigabyte, and hold vectors since forgotten.
-        self.remove_orphans();
+        // may be a gigabyte, and hold vectors since forgotten. Holding the
+        // lock, before any save of ours, every temporary file is one: its
+        // writer's pid may have been reused (a container's server is often
+        // pid 1 at every start).
+        self.remove_orphans(self.lock.is_some());
         let manifest = self.manifest()?;
         let path = self.dir.join(INDEX_FILE);
         let (bytes, hash) = hash_file(&path)?;
@@ -192,15 +202,15 @@ impl Saved {
     /// it is written, and a vector the manifest did not list would outlive
     /// its row's FORGET in this file and in a published copy.
     pub fn save(&self, index: &VectorIndex, folder_keys_below: u64) -> Result<()> {
-        self.remove_orphans();
+        self.remove_orphans(false);
         let path = self.dir.join(INDEX_FILE);
-        let tmp = self.tmp(INDEX_FILE);
-        index.save(&tmp)?;
-        sync(&tmp)?;
-        let keys = super::wipe::saved_keys(&tmp).map_err(|e| io(&tmp, e))?;
+        let tmp = Temporary(self.tmp(INDEX_FILE));
+        index.save(&tmp.0)?;
+        sync(&tmp.0)?;
+        let keys = super::wipe::saved_keys(&tmp.0).map_err(|e| io(&tmp.0, e))?;
         let keys = keys.into_iter().filter(|&k| k < FOLDER_KEYS).collect();
-        let (bytes, blake3) = hash_file(&tmp)?;
-        fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        let (bytes, blake3) = hash_file(&tmp.0)?;
+        tmp.rename(&path)?;
         let strays = index
             .strays_to_save()
             .map(|(keys, isolated_above, changed)| Strays::new(keys, isolated_above, changed));
@@ -229,9 +239,9 @@ impl Saved {
     /// Write the manifest (after its index file), durably.
     fn put_manifest(&self, text: &[u8]) -> Result<()> {
         let path = self.dir.join(MANIFEST_FILE);
-        let tmp = self.tmp(MANIFEST_FILE);
-        write_synced(&tmp, text)?;
-        fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        let tmp = Temporary(self.tmp(MANIFEST_FILE));
+        write_synced(&tmp.0, text)?;
+        tmp.rename(&path)?;
         sync(&self.dir)
     }
 
@@ -242,27 +252,17 @@ impl Saved {
         if !store.shares_index() {
             return Ok(false);
         }
-        self.remove_orphans();
-        let tmp = self.tmp(INDEX_FILE);
-        let fetched = (|| {
-            let mut out = BufWriter::new(File::create(&tmp).map_err(|e| io(&tmp, e))?);
-            let Some(text) = store.fetch_index(&mut out)? else {
-                return Ok(None);
-            };
-            out.flush().map_err(|e| io(&tmp, e))?;
-            self.parse(&text, "the index published to the store")?;
-            Ok(Some(text))
-        })();
-        let text = match fetched {
-            Ok(Some(text)) => text,
-            other => {
-                let _ = fs::remove_file(&tmp);
-                return other.map(|_| false);
-            }
+        self.remove_orphans(false);
+        let tmp = Temporary(self.tmp(INDEX_FILE));
+        let mut out = BufWriter::new(File::create(&tmp.0).map_err(|e| io(&tmp.0, e))?);
+        let Some(text) = store.fetch_index(&mut out)? else {
+            return Ok(false);
         };
-        sync(&tmp)?;
-        let path = self.dir.join(INDEX_FILE);
-        fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        out.flush().map_err(|e| io(&tmp.0, e))?;
+        drop(out);
+        self.parse(&text, "the index published to the store")?;
+        sync(&tmp.0)?;
+        tmp.rename(&self.dir.join(INDEX_FILE))?;
         self.put_manifest(&text)?;
         Ok(true)
     }
@@ -315,8 +315,9 @@ fn rows_apart(a: &Manifest, b: &Manifest) -> usize {
 
 impl Saved {
     /// Temporary files of processes that died while writing (a kill -9):
-    /// a million people's index is a gigabyte left behind otherwise.
-    fn remove_orphans(&self) {
+    /// a million people's index is a gigabyte left behind otherwise. With
+    /// `all`, every one, whatever wrote it.
+    fn remove_orphans(&self, all: bool) {
         let Ok(dir) = fs::read_dir(&self.dir) else {
             return;
         };
@@ -325,11 +326,45 @@ impl Saved {
             let Some(pid) = orphan_pid(&name.to_string_lossy()) else {
                 continue;
             };
-            if !Path::new("/proc").join(pid.to_string()).exists() {
+            if all || !Path::new("/proc").join(pid.to_string()).exists() {
                 let _ = fs::remove_file(file.path());
             }
         }
     }
+}
+
+/// A temporary file, removed when dropped unless renamed into place: a
+/// save that fails at any step leaves nothing behind (it may hold vectors
+/// of people forgotten since).
+struct Temporary(PathBuf);
+
+impl Temporary {
+    fn rename(mut self, to: &Path) -> Result<()> {
+        fs::rename(&self.0, to).map_err(|e| io(to, e))?;
+        self.0 = PathBuf::new(); // in place: nothing to remove
+        Ok(())
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if !self.0.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+}
+
+/// The index's lock, if no one else holds it (or the folder has none to
+/// give: a read-only folder saves nothing anyway).
+fn lock(dir: &Path) -> Option<File> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))
+        .ok()?;
+    file.try_lock().ok()?;
+    Some(file)
 }
 
 /// The writer's pid in a temporary file's name (`gallery.index.<pid>.<n>.tmp`).
@@ -414,9 +449,37 @@ mod tests {
         for f in [&dead, &alive, &other] {
             fs::write(f, b"partial").unwrap();
         }
-        saved_index(tmp.path());
+        let (holder, _) = saved_index(tmp.path());
         assert!(!dead.exists() && alive.exists() && other.exists());
         assert_eq!(orphan_pid("gallery.index.json.42.tmp"), Some(42));
+        // Another gallery of the folder, while the first holds the lock:
+        // only dead writers' files go at its load.
+        let second = Saved::new(tmp.path(), "dlib/test".into());
+        second.load(Metric::Euclidean, 2).unwrap();
+        assert!(alive.exists(), "pid 1 lives; the lock is another's");
+        // The holder gone, a load takes the lock: every temporary file goes,
+        // whatever its pid (pids are reused: a container's server is pid 1).
+        drop((holder, second));
+        let third = Saved::new(tmp.path(), "dlib/test".into());
+        third.load(Metric::Euclidean, 2).unwrap();
+        assert!(!alive.exists() && other.exists(), "not one of ours: kept");
+    }
+
+    #[test]
+    fn a_failed_save_leaves_no_temporary_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (saved, index) = saved_index(tmp.path());
+        // The rename fails: a folder stands where the index goes.
+        fs::remove_file(tmp.path().join(INDEX_FILE)).unwrap();
+        fs::create_dir(tmp.path().join(INDEX_FILE)).unwrap();
+        fs::write(tmp.path().join(INDEX_FILE).join("x"), b"x").unwrap();
+        assert!(saved.save(&index, 0).is_err());
+        let left: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

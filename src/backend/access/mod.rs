@@ -1,8 +1,8 @@
 //! Who may do what with a model: with `gallery_key_file`, every request
 //! needs the request parameter `gallery_key` with a key that holds the
 //! roles the request uses (needs.rs), at the key label's rate (rate.rs).
-//! A sequence's frames hold its START's key. Without a key file the model
-//! is open, and its load says so.
+//! A live sequence is its START's key's: its requests all bring that key.
+//! Without a key file the model is open, and its load says so.
 //!
 //! No key and no presented value ever reaches a log, an error, an answer or
 //! a metric; a refusal's message is the same whichever keys exist.
@@ -128,16 +128,13 @@ impl Access {
             return_embeddings: model.settings.return_embeddings,
         };
         let needs = needs::needs(request, &defaults)?;
-        // A frame after START may leave its key out: its START's holds.
-        let held = match &step {
-            Some(s) if !s.start => owner_of(model, &s.id),
-            _ => None,
+        let key = match presented(request)? {
+            Some(p) => g.keys.find(&p).ok_or(Reason::WrongKey),
+            None => Err(Reason::NoKey),
         };
-        let key = match (presented(request)?, &held) {
-            (Some(p), _) => g.keys.find(&p).ok_or(Reason::WrongKey),
-            (None, Some(label)) => g.keys.labelled(label).ok_or(Reason::WrongKey),
-            (None, None) => Err(Reason::NoKey),
-        };
+        // A live sequence is its START's key's alone (checked again when
+        // the request reaches it: answer.rs, follow.rs).
+        let held = step.as_ref().and_then(|s| owner_of(model, &s.id));
         let key = key.and_then(|k| match &held {
             Some(label) if *label != k.label => Err(Reason::WrongKey),
             _ => Ok(k),
@@ -169,13 +166,36 @@ impl Guarded {
     /// Counted; one message whichever key was sent, if any.
     fn refuse(&self, reason: Reason, need: &Need) -> Error {
         self.count(reason);
-        let role = need.role;
-        Error::invalid(format!(
-            "this request needs the request parameter {GALLERY_KEY} with a key that holds the \
-             role '{role}': {} (a sequence's frames hold the key of its START)",
-            need.why
-        ))
+        refusal(need.role, need.why)
     }
+}
+
+impl Access {
+    /// A sequence request whose key is not its live sequence's (`owner`,
+    /// the label its START brought, if it is live): refused and counted, as
+    /// at admission (which a request of the same batch may have passed
+    /// before a START in it took the sequence). A START cannot take over a
+    /// live sequence of another key.
+    pub fn check_owner(&self, owner: Option<&str>, by: Option<&str>) -> Result<()> {
+        match &self.guarded {
+            Some(g) if owner.is_some() && owner != by => {
+                g.count(Reason::WrongKey);
+                Err(refusal(Roles::RECOGNIZE, SEQUENCE_WHY))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a sequence request is refused for when its key is not its START's.
+const SEQUENCE_WHY: &str = "a sequence's requests all bring the key of its START";
+
+/// One message whichever key was sent, if any: the role and what needs it.
+fn refusal(role: Roles, why: &str) -> Error {
+    Error::invalid(format!(
+        "this request needs the request parameter {GALLERY_KEY} with a key that holds the role \
+         '{role}': {why}"
+    ))
 }
 
 /// The key file: its keys, refused when group or others may read it.

@@ -42,8 +42,12 @@ pub fn needs(request: &Request, defaults: &Defaults) -> Result<Vec<Need>> {
             "EMBEDDING searches the gallery with a vector",
         );
     }
-    if matches!(param(TOP_K)?, Some(ParameterValue::Int(k)) if k > 1) {
-        need(Roles::SEARCH, "top_k above 1 lists the nearest people");
+    if param(TOP_K)?.is_some() {
+        // Candidates are listed within the threshold or not.
+        need(
+            Roles::SEARCH,
+            "top_k lists the nearest people, named or not",
+        );
     }
     if number(param(MATCH_THRESHOLD)?).is_some_and(|t| t > defaults.threshold as f64) {
         need(

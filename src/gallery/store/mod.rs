@@ -87,12 +87,22 @@ pub struct Forgot {
     pub change: i64,
 }
 
-/// An old `enrolled.json` imported at this open.
+/// What an expiry removed: this embedder's rows, and how many rows of
+/// every embedder (each leaves bytes for the erasure pass).
+#[derive(Debug, Default)]
+pub struct Expired {
+    pub ours: Vec<Stamp>,
+    pub rows: usize,
+}
+
+/// An old `enrolled.json` imported (or found imported) at this open.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Migrated {
     pub from: PathBuf,
-    pub renamed_to: PathBuf,
     pub entries: usize,
+    /// Files erased (overwritten, then removed): the imported one and any
+    /// `enrolled.json.migrated*` an older version renamed it to.
+    pub erased: usize,
 }
 
 /// What a store holds for this model's embedder: its rows, with their
@@ -241,9 +251,8 @@ pub trait Store: Send {
     fn keep_photos(&mut self, new: &Photos, keep: &HashSet<String>) -> Result<()>;
     /// Remove every enrollment (of every embedder) older than `kept`, by
     /// the store's own clock (a fleet's servers may disagree), recording
-    /// each name's expiry as a change, in one transaction; this embedder's
-    /// removed rows.
-    fn expire(&mut self, kept: std::time::Duration) -> Result<Vec<Stamp>>;
+    /// each name's expiry as a change, in one transaction.
+    fn expire(&mut self, kept: std::time::Duration) -> Result<Expired>;
     /// Overwrite what removed rows left in the store's files (free pages,
     /// journal), so that a forgotten person's embeddings are gone from disk,
     /// not only from the tables. An error when something holds it back

@@ -116,10 +116,11 @@ fn expire_removes_every_embedders_old_rows_and_records_each_name() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut dlib, _) = two_embedders(tmp.path());
     let hour = std::time::Duration::from_secs(3600);
-    assert!(dlib.expire(hour).unwrap().is_empty(), "nothing that old");
+    assert_eq!(dlib.expire(hour).unwrap().rows, 0, "nothing that old");
     std::thread::sleep(std::time::Duration::from_millis(5));
     let expired = dlib.expire(std::time::Duration::ZERO).unwrap();
-    assert_eq!(expired.len(), 3, "this embedder's rows: {expired:?}");
+    assert_eq!(expired.ours.len(), 3, "this embedder's rows: {expired:?}");
+    assert_eq!(expired.rows, 4, "every embedder's: {expired:?}");
     assert!(names(&mut open_as(tmp.path(), "onnx")).is_empty());
     let records = dlib.changes(10).unwrap();
     let expiries: Vec<(String, usize)> = records
@@ -198,24 +199,37 @@ fn an_old_enrolled_json_is_imported_once() {
     let mut store = open_as(tmp.path(), "dlib");
     let loaded = store.load().unwrap();
     let migrated = loaded.migrated.unwrap();
-    assert_eq!(migrated.entries, 2);
-    assert_eq!(
-        migrated.renamed_to,
-        tmp.path().join("enrolled.json.migrated")
-    );
+    assert_eq!((migrated.entries, migrated.erased), (2, 1));
     assert!(!tmp.path().join(LEGACY_FILE).exists());
+    assert_eq!(
+        leftovers(tmp.path()),
+        Vec::<String>::new(),
+        "erased, not renamed"
+    );
     assert_eq!(loaded.rows[1].embedding, vec![1.0, 1.0]);
     assert!(open_as(tmp.path(), "dlib")
         .load()
         .unwrap()
         .migrated
         .is_none());
-    // A crash after the commit, before the rename: the file is back.
+    // A crash after the commit, before the erasure: the file is back.
     std::fs::write(tmp.path().join(LEGACY_FILE), &json).unwrap();
+    // ... with what an older version left: the file renamed after its import.
+    std::fs::write(tmp.path().join("enrolled.json.migrated.2"), &json).unwrap();
     let loaded = open_as(tmp.path(), "dlib").load().unwrap();
     assert_eq!(loaded.rows.len(), 2, "imported twice");
-    assert_eq!(loaded.migrated.unwrap().entries, 0);
-    assert!(tmp.path().join("enrolled.json.migrated.2").exists());
+    let migrated = loaded.migrated.unwrap();
+    assert_eq!((migrated.entries, migrated.erased), (0, 2));
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// Files of the old store left in `dir`.
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(LEGACY_FILE))
+        .collect()
 }
 
 #[test]

@@ -15,17 +15,17 @@ use ::postgres::Transaction;
 
 use super::read::Scope;
 use super::write_record;
-use crate::gallery::store::{Change, Operation, Stamp};
+use crate::gallery::store::{Change, Expired, Operation, Stamp};
 
 /// Inside change number `change`: expire what was enrolled longer than
 /// `kept` ago, by the database's clock (the one `enrolled_at` was stamped
-/// with). This embedder's removed rows, and whether anything went.
+/// with). What went, and whether anything did.
 pub fn expire(
     tx: &mut Transaction<'_>,
     scope: Scope,
     kept: Duration,
     change: i64,
-) -> Result<(Vec<Stamp>, bool), ::postgres::Error> {
+) -> Result<(Expired, bool), ::postgres::Error> {
     let bound: i64 = tx
         .query_one(
             "SELECT coalesce((SELECT change FROM triton_face.enrollments WHERE gallery = $1 \
@@ -64,5 +64,9 @@ pub fn expire(
             change: row.get(3),
         })
         .collect();
-    Ok((ours, !rows.is_empty()))
+    let expired = Expired {
+        ours,
+        rows: rows.len(),
+    };
+    Ok((expired, !rows.is_empty()))
 }

@@ -24,8 +24,8 @@ use std::time::Duration;
 use ::postgres::{Client, Transaction};
 
 use super::{
-    to_blob, Change, Follower, Forgot, Identity, Listed, Loaded, Named, Operation, Photos, Record,
-    Stamp, Store, Stored,
+    to_blob, Change, Expired, Follower, Forgot, Identity, Listed, Loaded, Named, Operation, Photos,
+    Record, Stamp, Store, Stored,
 };
 use crate::error::{Error, Result};
 use read::{ReadError, Scope};
@@ -357,7 +357,7 @@ impl Store for PostgresStore {
         self.read(|tx, scope| read::records(tx, scope, limit))
     }
 
-    fn expire(&mut self, kept: Duration) -> Result<Vec<Stamp>> {
+    fn expire(&mut self, kept: Duration) -> Result<Expired> {
         let scope = self.scope;
         self.change(&|tx, change| expire::expire(tx, scope, kept, change))
     }

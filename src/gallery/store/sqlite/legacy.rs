@@ -1,10 +1,14 @@
 //! The old store, `enrolled.json` (one JSON file rewritten whole per
 //! enrollment), imported into SQLite once: in one transaction that also
-//! records the file's hash, then the file is renamed `enrolled.json.migrated`.
-//! A crash between the two leaves a recorded file, which the next open only
-//! renames: it is never imported twice.
+//! records the file's hash, then the file is erased (overwritten with zeros,
+//! then removed): its embeddings live on in the store alone, where FORGET
+//! reaches them. A crash between the two leaves a recorded file, which the
+//! next open only erases: it is never imported twice. Older versions renamed
+//! the file `enrolled.json.migrated` after the same commit; such files are
+//! erased at open too.
 
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -33,23 +37,52 @@ struct LegacyEntry {
     embedding: Vec<f32>,
 }
 
-/// Import `dir/enrolled.json` if there is one; what was done.
+/// Import `dir/enrolled.json` if there is one, and erase it and the
+/// copies older versions left; what was done.
 pub fn import(conn: &mut Connection, dir: &Path, identity: &Identity) -> Result<Option<Migrated>> {
     let path = dir.join(LEGACY_FILE);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::unavailable(format!("{}: {e}", path.display()))),
+    let mut done = match fs::read(&path) {
+        Ok(bytes) => {
+            let file = parse(&path, &bytes)?;
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            let entries =
+                store(conn, &file, &hash, identity).map_err(|e| e.context(path.display()))?;
+            erase_file(&path)?;
+            Some(Migrated {
+                from: path,
+                entries,
+                erased: 1,
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::unavailable(format!("{}: {e}", dir.display()))),
     };
-    let file = parse(&path, &bytes)?;
-    let hash = blake3::hash(&bytes).to_hex().to_string();
-    let entries = store(conn, &file, &hash, identity).map_err(|e| e.context(path.display()))?;
-    let renamed_to = rename_aside(&path)?;
-    Ok(Some(Migrated {
-        from: path,
-        renamed_to,
-        entries,
-    }))
+    for old in renamed_before(dir)? {
+        erase_file(&old)?;
+        let m = done.get_or_insert_with(|| Migrated {
+            from: old.clone(),
+            entries: 0,
+            erased: 0,
+        });
+        m.erased += 1;
+    }
+    Ok(done)
+}
+
+/// `enrolled.json.migrated`, `.migrated.2`, ...: what older versions renamed
+/// an imported file to (only after its import committed).
+fn renamed_before(dir: &Path) -> Result<Vec<PathBuf>> {
+    let prefix = format!("{LEGACY_FILE}.migrated");
+    let listed = fs::read_dir(dir)
+        .map_err(|e| Error::unavailable(format!("{}: cannot be listed: {e}", dir.display())))?;
+    Ok(listed
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect())
 }
 
 /// The file's contents, checked; a file that cannot be read as the old store
@@ -130,24 +163,26 @@ fn owner(file: &LegacyFile, identity: &Identity) -> Identity {
     }
 }
 
-/// Rename `path` to `path.migrated` (`.migrated.2`, ... if taken), durably.
-fn rename_aside(path: &Path) -> Result<PathBuf> {
+/// Overwrite `path` with zeros, durably, then remove it, durably: its
+/// bytes do not stay in free blocks of an overwrite-in-place filesystem.
+fn erase_file(path: &Path) -> Result<()> {
     let failed = |e: std::io::Error| {
         Error::unavailable(format!(
-            "cannot rename {} after importing it: {e}",
+            "cannot erase {} after importing it: {e}",
             path.display()
         ))
     };
-    let mut target = PathBuf::from(format!("{}.migrated", path.display()));
-    let mut n = 1;
-    while target.exists() {
-        n += 1;
-        target = PathBuf::from(format!("{}.migrated.{n}", path.display()));
-    }
-    fs::rename(path, &target).map_err(failed)?;
+    let len = fs::metadata(path).map_err(failed)?.len();
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(failed)?;
+    std::io::copy(&mut std::io::repeat(0).take(len), &mut file).map_err(failed)?;
+    file.sync_all().map_err(failed)?;
+    drop(file);
+    fs::remove_file(path).map_err(failed)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(failed)?;
-    Ok(target)
+        .map_err(failed)
 }

@@ -15,8 +15,9 @@ mod rows;
 pub mod schema;
 
 use super::{
-    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Change, Contents, Forgot, Identity,
-    Listed, Loaded, Migrated, Named, Operation, Photos, Record, Row, Stamp, Store, Stored,
+    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Change, Contents, Expired, Forgot,
+    Identity, Listed, Loaded, Migrated, Named, Operation, Photos, Record, Row, Stamp, Store,
+    Stored,
 };
 use crate::error::{Error, Result};
 use rows::{embedder_id, insert, record, records};
@@ -327,7 +328,7 @@ impl Store for SqliteStore {
         tx.commit().map_err(sql_error)
     }
 
-    fn expire(&mut self, kept: std::time::Duration) -> Result<Vec<Stamp>> {
+    fn expire(&mut self, kept: std::time::Duration) -> Result<Expired> {
         let kept_ms = i64::try_from(kept.as_millis()).unwrap_or(i64::MAX);
         let before_ms = now_ms().saturating_sub(kept_ms);
         let tx = self
@@ -364,8 +365,12 @@ impl Store for SqliteStore {
             record(&tx, &change)?;
         }
         tx.commit().map_err(sql_error)?;
+        let count = rows.len();
         let ours = rows.into_iter().filter(|(_, e, _)| *e == self.embedder);
-        Ok(ours.map(|(id, _, _)| Stamp { id, change: id }).collect())
+        Ok(Expired {
+            ours: ours.map(|(id, _, _)| Stamp { id, change: id }).collect(),
+            rows: count,
+        })
     }
 
     fn erase(&mut self) -> Result<()> {
