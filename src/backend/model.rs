@@ -172,15 +172,29 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
             "model '{name}': saved gallery index not used: {why}"
         ));
     }
+    let t = &index.took;
+    let secs = |d: std::time::Duration| format!("{:.1} s", d.as_secs_f64());
     log::info(&format!(
-        "model '{name}': gallery index {}: {} vectors read from the store, {} stale removed{}",
+        "model '{name}': gallery index {} in {} (read {}, checked {}, tables {}, strays {} {}): \
+         {} vectors read from the store, {} stale removed, {} gallery images added again{}",
         match (index.from_file, index.fetched) {
             (true, true) => "loaded from the copy another server published to the store",
             (true, false) => "loaded from its file",
             _ => "built",
         },
+        secs(t.read + t.checked + t.tables + t.strays),
+        secs(t.read),
+        secs(t.checked),
+        secs(t.tables),
+        secs(t.strays),
+        if t.strays_taken {
+            "taken from its file"
+        } else {
+            "counted"
+        },
         index.added,
-        index.removed,
+        index.removed - index.images,
+        index.images,
         match index.strays {
             0 => String::new(),
             n => format!(", {n} out of the graph's reach (scanned at every search)"),

@@ -504,9 +504,15 @@ impl VectorIndex {
         let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
         let limit = f32::from_bits(self.isolated_above.load(Ordering::Relaxed));
         let changed = self.changed_since_count.load(Ordering::Relaxed);
-        let few = changed <= (graph.size() as u64 / 100).max(STALE_STRAYS_MIN);
-        let recorded = changed == 0 || (graph.fine.is_some() && limit > 0.0 && few);
+        let recorded = strays_hold(&graph, limit, changed);
         recorded.then(|| (strays.keys().to_vec(), limit, changed))
+    }
+
+    /// Whether strays counted `changed` vectors ago (beyond `isolated_above`)
+    /// hold for this graph: the rule they are saved by (`strays_to_save`),
+    /// so a load takes them instead of counting again.
+    pub fn strays_hold(&self, isolated_above: f32, changed: u64) -> bool {
+        strays_hold(&self.read(), isolated_above, changed)
     }
 
     /// Take strays counted over this graph before, `changed` vectors ago
@@ -925,6 +931,14 @@ impl VectorIndex {
 }
 
 /// An embedding of another length than the gallery's is a bug upstream.
+/// Strays counted `changed` vectors ago still hold: none changed, or (with
+/// sign bits, whose scan finds whom a missed stray hides) at most 1% of the
+/// vectors (`STALE_STRAYS_MIN` at least).
+fn strays_hold(graph: &Graph, isolated_above: f32, changed: u64) -> bool {
+    let few = changed <= (graph.size() as u64 / 100).max(STALE_STRAYS_MIN);
+    changed == 0 || (graph.fine.is_some() && isolated_above > 0.0 && few)
+}
+
 pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
     if vector.len() != dim {
         return Err(Error::internal(format!(

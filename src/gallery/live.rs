@@ -88,17 +88,23 @@ impl Live {
 
     /// At open (nobody reads yet): index `stored`, then name every row whose
     /// vector the index holds. How many vectors were added.
-    pub fn load(&self, stored: Vec<Stored>, rows: Vec<Row>) -> Result<usize> {
+    pub fn load(&self, stored: Vec<Stored>, rows: Vec<Row>, alone: bool) -> Result<usize> {
         let items: Vec<(u64, &[f32])> = stored
             .iter()
             .map(|s| (key_of(s.stamp), s.embedding.as_slice()))
             .collect();
-        let mut progress = Progress::new(format!("gallery: indexing {} faces", items.len()));
-        let say = |line: &str| crate::triton::log::info(line);
-        let added = self
-            .index
-            .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
-        progress.finish(say);
+        let added = match alone {
+            true => self.insert_each(&items)?,
+            false => {
+                let mut progress =
+                    Progress::new(format!("gallery: indexing {} faces", items.len()));
+                let say = |line: &str| crate::triton::log::info(line);
+                let added = (self.index)
+                    .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
+                progress.finish(say);
+                added
+            }
+        };
         let held: Vec<(Stamp, String)> = rows
             .into_iter()
             .filter(|r| self.index.contains(key_of(r.stamp)))
@@ -109,13 +115,24 @@ impl Live {
         Ok(added)
     }
 
-    /// Add a person seen in a gallery image.
+    /// Each of `items` inserted alone, as a change while serving is (its
+    /// stray checked): a load that took the saved strays. How many.
+    fn insert_each(&self, items: &[(u64, &[f32])]) -> Result<usize> {
+        let mut added = 0;
+        for (key, vector) in items {
+            added += usize::from(self.index.insert(*key, vector)?);
+        }
+        Ok(added)
+    }
+
+    /// Add a person seen in a gallery image. Not a change to save: a load
+    /// takes every image out of the saved index and adds the folder's again
+    /// (a photo gone is erased by the pass `removed` asks for).
     pub fn add_file(&self, name: &str, embedding: &[f32], file: &std::path::Path) -> Result<()> {
         let key = self.write().folder_key();
         // A saved index may hold an earlier load's image under this key.
         self.index.remove(key)?;
         self.index.insert(key, embedding)?;
-        self.changed();
         self.write().insert_file(key, name, file);
         Ok(())
     }

@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -132,6 +132,9 @@ pub struct Restored {
     /// Vectors read from the store and inserted; stale ones removed.
     pub added: usize,
     pub removed: usize,
+    /// Of those removed, the last load's gallery images (added again from
+    /// the folder).
+    pub images: usize,
     /// Of those removed, vectors of rows forgotten since the file was saved
     /// (it is written again at once: their erasure).
     pub forgotten: usize,
@@ -140,6 +143,22 @@ pub struct Restored {
     /// Published to a shared store for servers that join later (its copy
     /// there was missing or out of date): the bytes, or why it was not.
     pub published: Option<std::result::Result<u64, String>>,
+    pub took: Took,
+}
+
+/// How long each step of the open took, for its log line.
+#[derive(Debug, Default, PartialEq)]
+pub struct Took {
+    /// The saved file read and checked against its manifest, the store listed.
+    pub read: Duration,
+    /// The file's keys against the store's rows: stale vectors removed,
+    /// missing ones read from the store.
+    pub checked: Duration,
+    /// The missing vectors inserted, the names' tables filled.
+    pub tables: Duration,
+    /// The strays taken from the file's manifest, or counted.
+    pub strays: Duration,
+    pub strays_taken: bool,
 }
 
 /// A load that inserts or removes this many vectors saves the index at once.
@@ -178,15 +197,15 @@ struct Saving {
 impl Saving {
     /// Save `live`'s index, if it changed since it was last saved (or
     /// loaded), or `always`.
-    fn save(&self, live: &Live, always: bool) -> Result<()> {
+    fn save(&self, live: &Live, always: bool) -> Result<bool> {
         let changes = live.changes();
         if !always && self.at.load(Ordering::Relaxed) == changes {
-            return Ok(());
+            return Ok(false);
         }
         let folder_keys_below = live.read().folder_keys_below();
         self.file.save(&live.index, folder_keys_below)?;
         self.at.store(changes, Ordering::Relaxed);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -204,6 +223,12 @@ impl Gallery {
         // Not the store's path or address: a moved folder keeps its index.
         let owner = format!("{} {dim} store {}", metric.name(), store.uid());
         let saved = Saved::new(dir, owner);
+        let mut took = Took::default();
+        let mut step = Instant::now();
+        let mut lap = |at: &mut Duration| {
+            *at = step.elapsed();
+            step = Instant::now();
+        };
         // The store's rows listed on a thread of their own while the saved
         // index is read (a million people: 0.5 to 0.8 s of a load). Not a
         // pool helper: a slow database would keep it from the scans. A
@@ -229,30 +254,32 @@ impl Gallery {
                 listed.rows.len()
             )));
         }
+        lap(&mut took.read);
         let follower = store.follower();
         let restored = restore(&saved, local, store.as_mut(), metric, dim, listed.rows)?;
+        lap(&mut took.checked);
         let live = Live::around(restored.index, listed.change, follower.is_some());
-        let added = live.load(restored.stored, restored.rows)?;
+        // The strays saved with the file, while they hold: taken, and the
+        // rows the file lacks inserted each alone (its stray checked), as
+        // while serving. Else every row at once, and the strays counted.
+        let taken = take_strays(
+            &live.index,
+            restored.strays.as_ref(),
+            &restored.how,
+            restored.stored.len(),
+        )?;
+        let added = live.load(restored.stored, restored.rows, taken.is_some())?;
+        lap(&mut took.tables);
         // The file as saved, nothing added or removed: its graph.
         let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
-        let strays = match (clean, restored.strays) {
-            (true, Some(s)) if s.current() => {
-                live.index
-                    .set_strays(&s.keys, s.isolated_above, s.changed)?
-            }
-            _ => {
-                let n = live.index.find_strays(&live.read().store_keys())?;
-                if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean)
-                {
-                    // Cheap to keep (the manifest only), seconds to count.
-                    let strays = saved::Strays::new(keys, isolated_above, 0);
-                    if let Err(e) = saved.record_strays(strays) {
-                        crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
-                    }
-                }
-                n
-            }
+        let strays = match taken {
+            Some(_) => live.index.stray_count(),
+            None => count_strays(&live, &saved, clean)?,
         };
+        lap(&mut took.strays);
+        took.strays_taken = taken.is_some();
+        let stale_rows = restored.how.removed - restored.how.images;
+        let current = restored.how.from_file && added == 0 && stale_rows == 0;
         let live = Arc::new(live);
         let mut opened = Opened {
             enrolled: live.read().len(),
@@ -263,6 +290,7 @@ impl Gallery {
             index: Restored {
                 added,
                 strays,
+                took,
                 ..restored.how
             },
         };
@@ -276,7 +304,10 @@ impl Gallery {
             live,
             saved: Arc::new(Saving {
                 file: saved,
-                at: AtomicU64::new(if clean { 0 } else { NEVER }),
+                // The file holds every row and nothing more (gallery images
+                // aside: a load takes them out and adds the folder's): saved
+                // as it is. Changes since move `live.changes()` past 0.
+                at: AtomicU64::new(if current { 0 } else { NEVER }),
             }),
             eraser: None,
             _following: None,
@@ -305,7 +336,7 @@ impl Gallery {
 
     /// Save the vector index beside the store, if it changed since it was
     /// last saved (or loaded).
-    pub fn save_index(&self) -> Result<()> {
+    pub fn save_index(&self) -> Result<bool> {
         self.saved.save(&self.live, false)
     }
 
@@ -703,8 +734,16 @@ impl Drop for Gallery {
         if !self.read().has_stored() {
             return; // gallery images alone: rebuilt at every load anyway
         }
-        if let Err(e) = self.save_index() {
-            crate::triton::log::warn(&format!("gallery: index not saved: {e}"));
+        let started = Instant::now();
+        match self.save_index() {
+            Ok(true) => crate::triton::log::info(&format!(
+                "gallery: index saved in {:.1} s",
+                started.elapsed().as_secs_f64()
+            )),
+            Ok(false) => crate::triton::log::info(
+                "gallery: index unchanged since it was saved or loaded: nothing written",
+            ),
+            Err(e) => crate::triton::log::warn(&format!("gallery: index not saved: {e}")),
         }
         if let Some(Err(why)) = self.publish_index() {
             crate::triton::log::warn(&format!("gallery: index not published: {why}"));
@@ -758,7 +797,8 @@ fn restore(
                     .partition(|&k| k >= entries::FOLDER_KEYS);
                 how.from_file = true;
                 how.forgotten = remove_held(&index, stale)?;
-                how.removed = remove_held(&index, images)? + how.forgotten;
+                how.images = remove_held(&index, images)?;
+                how.removed = how.images + how.forgotten;
             }
             Err(e) => {
                 how.not_used = Some(format!("{}: its vectors not listed", e.message()));
@@ -784,6 +824,43 @@ fn restore(
         rows,
         how,
     })
+}
+
+/// The strays `saved` with the file, set on `index` when they hold for
+/// it: the file was used, they were counted by this build's rule, and few
+/// vectors changed since (those before the save, those removed at this
+/// load, the `to_insert` it lacks). How many, if taken.
+fn take_strays(
+    index: &VectorIndex,
+    saved: Option<&saved::Strays>,
+    how: &Restored,
+    to_insert: usize,
+) -> Result<Option<usize>> {
+    let Some(s) = saved.filter(|s| how.from_file && s.current()) else {
+        return Ok(None);
+    };
+    let changed = s.changed + (how.removed + to_insert) as u64;
+    if !index.strays_hold(s.isolated_above, changed) {
+        return Ok(None);
+    }
+    let removed_since = s.changed + how.removed as u64;
+    index
+        .set_strays(&s.keys, s.isolated_above, removed_since)
+        .map(Some)
+}
+
+/// Count the strays over the graph as loaded; recorded in the manifest when
+/// that graph is the file's own (`clean`): the next load takes them.
+fn count_strays(live: &Live, saved: &Saved, clean: bool) -> Result<usize> {
+    let n = live.index.find_strays(&live.read().store_keys())?;
+    if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean) {
+        // Cheap to keep (the manifest only), seconds to count.
+        let strays = saved::Strays::new(keys, isolated_above, 0);
+        if let Err(e) = saved.record_strays(strays) {
+            crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
+        }
+    }
+    Ok(n)
 }
 
 /// Remove those of `keys` the index holds: how many.

@@ -191,7 +191,14 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     let tmp = tempfile::tempdir().unwrap();
     let open = || opened(tmp.path(), 100);
     let (g, opened) = open();
-    assert_eq!(opened.index, Restored::default(), "nothing saved yet");
+    let Restored {
+        from_file,
+        added,
+        removed,
+        not_used,
+        ..
+    } = opened.index;
+    assert!(!from_file && (added, removed) == (0, 0) && not_used.is_none(), "nothing saved yet");
     g.enroll_batch(vec![(
         vec![one("a", 0.0), one("b", 1.0), one("c", 2.0)],
         None,
@@ -202,8 +209,8 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     let (g, opened) = open();
     assert!(opened.index.from_file && opened.index.not_used.is_none());
     assert_eq!(
-        (opened.index.added, opened.index.removed),
-        (0, 1),
+        (opened.index.added, opened.index.removed, opened.index.images),
+        (0, 1, 1),
         "the image goes"
     );
     assert_eq!(g.best_match(&[9.0, 9.0], 0.6, 1).unwrap().name, None);
