@@ -36,6 +36,7 @@ use crate::triton::{log, BackendHandle};
 /// backend API version; tell the ONNX engine where onnxruntime may be.
 pub fn initialize(backend: &BackendHandle) -> Result<()> {
     let (major, minor) = check_backend_api_version()?;
+    log::install();
     let name = backend.name()?;
     onnxruntime::look_also_in(onnxruntime_places(backend));
     log::info(&format!(

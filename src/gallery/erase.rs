@@ -116,9 +116,7 @@ impl Due {
         match done {
             Ok(()) => (self.erased, self.since, self.failing) = (removals, None, false),
             Err(why) if !self.failing || last => {
-                crate::triton::log::warn(&format!(
-                    "gallery: erasure not done yet, tried again each second: {why}"
-                ));
+                log::warn!("gallery: erasure not done yet, tried again each second: {why}");
                 self.failing = true;
             }
             Err(_) => {}
@@ -129,10 +127,8 @@ impl Due {
 fn expire(expiry: &mut Box<dyn FnMut() -> Result<usize> + Send>) {
     match run(expiry) {
         Ok(0) => {}
-        Ok(n) => crate::triton::log::info(&format!(
-            "gallery: {n} enrollments older than retention_days expired"
-        )),
-        Err(why) => crate::triton::log::warn(&format!("gallery: expiry failed: {why}")),
+        Ok(n) => log::info!("gallery: {n} enrollments older than retention_days expired"),
+        Err(why) => log::warn!("gallery: expiry failed: {why}"),
     }
 }
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use super::live::Live;
 use super::store::Follower;
-use crate::triton::log;
 
 /// How long one wait for news lasts: what a model unload waits for this
 /// thread, unless a connect attempt is under way (then up to its timeout).
@@ -99,29 +98,29 @@ impl Loop {
         let applied = self.live.apply(changes, self.max_size)?;
         self.seen = self.seen.max(upto);
         if let Some(since) = self.outage.take() {
-            log::info(&format!(
+            log::info!(
                 "gallery {}: back (out of reach since: {since}); caught up to change {upto}",
                 self.follower.describe()
-            ));
+            );
         }
         if applied.refused > 0 {
-            log::warn(&format!(
+            log::warn!(
                 "gallery {}: {} enrollments by other servers left out: max_gallery_size = {} \
                  reached on this server",
                 self.follower.describe(),
                 applied.refused,
                 self.max_size
-            ));
+            );
         }
         Ok(())
     }
 
     fn lost(&mut self, why: String) {
         if self.outage.is_none() {
-            log::warn(&format!(
+            log::warn!(
                 "gallery {}: out of reach, serving from memory and retrying: {why}",
                 self.follower.describe()
-            ));
+            );
             self.outage = Some(why);
         }
     }

@@ -418,7 +418,7 @@ impl VectorIndex {
             if strays.len() < MAX_STRAYS {
                 // The vector is in: a failure here costs a scan, not it.
                 if let Err(e) = add_stray(&mut strays, &index, key, self.dim) {
-                    crate::triton::log::warn(&format!("{key} not kept as a stray: {e}"));
+                    log::warn!("{key} not kept as a stray: {e}");
                 }
             }
         }
@@ -690,7 +690,7 @@ impl VectorIndex {
         // The vector is out: a stray copy left behind is never named (the
         // re-rank reads the graph), only scanned.
         if let Err(e) = self.strays_mut().remove(key) {
-            crate::triton::log::warn(&format!("{key} left among the strays: {e}"));
+            log::warn!("{key} left among the strays: {e}");
         }
         self.changed(1);
         Ok(())

@@ -98,7 +98,7 @@ impl Live {
             false => {
                 let mut progress =
                     Progress::new(format!("gallery: indexing {} faces", items.len()));
-                let say = |line: &str| crate::triton::log::info(line);
+                let say = |line: &str| log::info!("{line}");
                 let added = (self.index)
                     .insert_all(&items, &mut |done, total| progress.update(done, total, say))?;
                 progress.finish(say);

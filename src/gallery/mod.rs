@@ -452,7 +452,7 @@ impl Gallery {
                 .proven_person(embedding, threshold)
                 .unwrap_or_else(|e| {
                     // Only a shortcut: the search below answers.
-                    crate::triton::log::warn(&format!("gallery: stray proof: {e}"));
+                    log::warn!("gallery: stray proof: {e}");
                     None
                 }),
             _ => None,
@@ -736,17 +736,17 @@ impl Drop for Gallery {
         }
         let started = Instant::now();
         match self.save_index() {
-            Ok(true) => crate::triton::log::info(&format!(
+            Ok(true) => log::info!(
                 "gallery: index saved in {:.1} s",
                 started.elapsed().as_secs_f64()
-            )),
-            Ok(false) => crate::triton::log::info(
-                "gallery: index unchanged since it was saved or loaded: nothing written",
             ),
-            Err(e) => crate::triton::log::warn(&format!("gallery: index not saved: {e}")),
+            Ok(false) => {
+                log::info!("gallery: index unchanged since it was saved or loaded: nothing written")
+            }
+            Err(e) => log::warn!("gallery: index not saved: {e}"),
         }
         if let Some(Err(why)) = self.publish_index() {
-            crate::triton::log::warn(&format!("gallery: index not published: {why}"));
+            log::warn!("gallery: index not published: {why}");
         }
     }
 }
@@ -857,7 +857,7 @@ fn count_strays(live: &Live, saved: &Saved, clean: bool) -> Result<usize> {
         // Cheap to keep (the manifest only), seconds to count.
         let strays = saved::Strays::new(keys, isolated_above, 0);
         if let Err(e) = saved.record_strays(strays) {
-            crate::triton::log::warn(&format!("gallery: strays not recorded: {e}"));
+            log::warn!("gallery: strays not recorded: {e}");
         }
     }
     Ok(n)

@@ -198,7 +198,10 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
         not_used,
         ..
     } = opened.index;
-    assert!(!from_file && (added, removed) == (0, 0) && not_used.is_none(), "nothing saved yet");
+    assert!(
+        !from_file && (added, removed) == (0, 0) && not_used.is_none(),
+        "nothing saved yet"
+    );
     g.enroll_batch(vec![(
         vec![one("a", 0.0), one("b", 1.0), one("c", 2.0)],
         None,
@@ -209,7 +212,11 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     let (g, opened) = open();
     assert!(opened.index.from_file && opened.index.not_used.is_none());
     assert_eq!(
-        (opened.index.added, opened.index.removed, opened.index.images),
+        (
+            opened.index.added,
+            opened.index.removed,
+            opened.index.images
+        ),
         (0, 1, 1),
         "the image goes"
     );

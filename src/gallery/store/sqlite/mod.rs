@@ -57,7 +57,7 @@ impl SqliteStore {
         // commit, before its checkpoint) goes now; another process reading
         // the file may hold it back until the next FORGET's erasure.
         if let Err(e) = checkpoint(&conn) {
-            crate::triton::log::warn(&format!("gallery {}: {}", path.display(), e.message()));
+            log::warn!("gallery {}: {}", path.display(), e.message());
         }
         Ok(SqliteStore {
             uid,
