@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::enroll_batch;
-use crate::backend::follow::{follow_all, settle_cadence};
 use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Analyzed, Job};
 use crate::backend::manage::manage_batch;
 use crate::backend::model::ModelState;
 use crate::backend::settings::Settings;
 use crate::backend::spread::analyze_spread;
+use crate::backend::tracked_requests::{follow_all, settle_cadence};
 use crate::error::{Error, Result};
 use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::sequence::Sequences;
@@ -115,7 +115,7 @@ fn follow_followed(
 }
 
 /// All frames of the batch through the engine at once (but followed
-/// sequence frames: follow.rs); each request gets its share back (an image
+/// sequence frames: tracked_requests.rs); each request gets its share back (an image
 /// the engine failed on fails its request). An EMBEDDING request's rows
 /// become one face each.
 fn analyze(

@@ -14,7 +14,6 @@ pub mod config;
 pub mod controls;
 pub mod enroll;
 pub mod execute;
-pub mod follow;
 pub mod instance;
 pub mod job;
 pub mod manage;
@@ -23,6 +22,7 @@ pub mod parameters;
 pub mod settings;
 pub mod spread;
 pub mod tensors;
+pub mod tracked_requests;
 
 use std::path::PathBuf;
 

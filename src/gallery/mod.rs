@@ -9,18 +9,18 @@
 //! the store durably, and only then applies it in memory, one insertion at a
 //! time: a slow disk never blocks recognition, and nothing is in memory (or
 //! acknowledged) that is not on disk. A store other servers share also has a
-//! follower thread (`follow.rs`) applying their changes.
+//! follower thread (`other_servers.rs`) applying their changes.
 
 mod apart;
 mod entries;
 mod erase;
 pub mod folder;
-mod follow;
 mod huge_pages;
 pub mod index;
 mod live;
 pub mod looks;
 pub mod names;
+mod other_servers;
 mod progress;
 mod saved;
 mod share;
@@ -44,11 +44,11 @@ use crate::pipeline::Metric;
 use entries::Entries;
 use erase::{Eraser, Expiry};
 pub use folder::gallery_images;
-use follow::Following;
 use index::VectorIndex;
 pub use live::Candidate;
 use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
+use other_servers::Following;
 use saved::Saved;
 pub use store::{Change, Named, Operation, Record};
 use store::{Migrated, Row, Store, Stored};
@@ -324,9 +324,13 @@ impl Gallery {
         let following = match follower {
             None => None,
             Some(f) => Some(
-                follow::start(f, gallery.live.clone(), max_size, listed.change).map_err(|e| {
-                    Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
-                })?,
+                other_servers::start(f, gallery.live.clone(), max_size, listed.change).map_err(
+                    |e| {
+                        Error::unavailable(format!(
+                            "gallery: cannot start its follower thread: {e}"
+                        ))
+                    },
+                )?,
             ),
         };
         gallery._following = following;

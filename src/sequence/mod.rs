@@ -6,9 +6,9 @@
 //! centroid and its last box, not every embedding, and the summary keeps at
 //! most `max_frames` frames, so memory per sequence is bounded. A sequence
 //! whose `Cadence` is not every frame follows its faces between detections
-//! (follow.rs).
+//! (between_detections.rs).
 
-mod follow;
+mod between_detections;
 mod together;
 
 use std::collections::HashMap;
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Metric};
-use follow::Follow;
+use between_detections::Follow;
 
-pub use follow::{FollowedFace, FollowedFrame, Source, Work};
+pub use between_detections::{FollowedFace, FollowedFrame, Source, Work};
 pub use together::{follow_together, FollowResult, Stream};
 
 /// A person's name; `None` is a face that matched nobody.

@@ -2,14 +2,14 @@
 //! by round, frame r of every request, each round's engine work in two calls
 //! over all of them (the detections and the trackers' landmarks, then the
 //! embeddings), so that an engine that batches runs each model once a round
-//! instead of once a sequence. Each sequence's own steps (follow.rs) run in
+//! instead of once a sequence. Each sequence's own steps (between_detections.rs) run in
 //! between, on its own state.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Face, Frame, Wanted};
 
-use super::follow::{Ask, FollowedFrame, Pending, Work};
+use super::between_detections::{Ask, FollowedFrame, Pending, Work};
 use super::{Before, SequenceState};
 
 /// One request of one sequence.

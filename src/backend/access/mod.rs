@@ -133,7 +133,7 @@ impl Access {
             None => Err(Reason::NoKey),
         };
         // A live sequence is its START's key's alone (checked again when
-        // the request reaches it: answer.rs, follow.rs).
+        // the request reaches it: answer.rs, tracked_requests.rs).
         let held = step.as_ref().and_then(|s| owner_of(model, &s.id));
         let key = key.and_then(|k| match &held {
             Some(label) if *label != k.label => Err(Reason::WrongKey),

@@ -5,12 +5,12 @@
 //! A change (ENROLL's rows, a FORGET) is one transaction: it locks its
 //! gallery's row to take the next change number (so numbers follow commit
 //! order), writes its rows, and sends NOTIFY, which PostgreSQL delivers at
-//! commit. Every server's follower (`follow.rs`) LISTENs, and reads what
+//! commit. Every server's follower (`listen.rs`) LISTENs, and reads what
 //! changed after the last number it has seen: on a notification, after every
 //! reconnect, and every `gallery_poll_ms` in case one was lost.
 
 mod expire;
-pub mod follow;
+pub mod listen;
 pub mod photos;
 pub mod published;
 pub mod read;
@@ -392,7 +392,7 @@ impl Store for PostgresStore {
 
     fn follower(&self) -> Option<Box<dyn Follower>> {
         let label = self.describe();
-        Some(Box::new(follow::PgFollower::new(
+        Some(Box::new(listen::PgFollower::new(
             self.target.clone(),
             self.scope,
             self.poll,
