@@ -51,7 +51,7 @@ pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use other_servers::Following;
 use saved::Saved;
 pub use store::{Change, Named, Operation, Record};
-use store::{Migrated, Row, Store, Stored};
+use store::{Listed, Migrated, Row, Store, Stored};
 
 /// The sign scan's helper threads stopped and joined: before the server
 /// may unload this library (the backend's finalize).
@@ -224,75 +224,28 @@ impl Gallery {
         let owner = format!("{} {dim} store {}", metric.name(), store.uid());
         let saved = Saved::new(dir, owner);
         let mut took = Took::default();
-        let mut step = Instant::now();
-        let mut lap = |at: &mut Duration| {
-            *at = step.elapsed();
-            step = Instant::now();
-        };
-        // The store's rows listed on a thread of their own while the saved
-        // index is read (a million people: 0.5 to 0.8 s of a load). Not a
-        // pool helper: a slow database would keep it from the scans. A
-        // store that cannot be listed fails the load after the read.
-        let (listed, local) = std::thread::scope(|scope| {
-            let lister = std::thread::Builder::new()
-                .name("face-gallery-list".into())
-                .spawn_scoped(scope, || store.list());
-            let local = saved.load(metric, dim);
-            let listed = lister.ok().map(|thread| {
-                thread
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::internal("gallery: listing its store panicked")))
-            });
-            (listed, local)
-        });
-        // No thread could start: listed here.
-        let listed = listed.unwrap_or_else(|| store.list())?;
-        if listed.rows.len() > max_size {
-            return Err(Error::unavailable(format!(
-                "{}: {} enrolled faces exceed max_gallery_size = {max_size}",
-                store.describe(),
-                listed.rows.len()
-            )));
-        }
-        lap(&mut took.read);
+        let mut lap = Lap(Instant::now());
+        let (listed, local) = read_and_list(&saved, store.as_mut(), metric, dim, max_size)?;
+        took.read = lap.next();
         let follower = store.follower();
         let restored = restore(&saved, local, store.as_mut(), metric, dim, listed.rows)?;
-        lap(&mut took.checked);
-        let live = Live::around(restored.index, listed.change, follower.is_some());
-        // The strays saved with the file, while they hold: taken, and the
-        // rows the file lacks inserted each alone (its stray checked), as
-        // while serving. Else every row at once, and the strays counted.
-        let taken = take_strays(
-            &live.index,
-            restored.strays.as_ref(),
-            &restored.how,
-            restored.stored.len(),
+        took.checked = lap.next();
+        let indexed = index_rows(
+            &saved,
+            restored,
+            listed.change,
+            follower.is_some(),
+            &mut took,
         )?;
-        let added = live.load(restored.stored, restored.rows, taken.is_some())?;
-        lap(&mut took.tables);
-        // The file as saved, nothing added or removed: its graph.
-        let clean = restored.how.from_file && added == 0 && restored.how.removed == 0;
-        let strays = match taken {
-            Some(_) => live.index.stray_count(),
-            None => count_strays(&live, &saved, clean)?,
-        };
-        lap(&mut took.strays);
-        took.strays_taken = taken.is_some();
-        let stale_rows = restored.how.removed - restored.how.images;
-        let current = restored.how.from_file && added == 0 && stale_rows == 0;
-        let live = Arc::new(live);
+        let (how, current) = (indexed.how, indexed.current);
+        let live = Arc::new(indexed.live);
         let mut opened = Opened {
             enrolled: live.read().len(),
             foreign: listed.foreign,
             migrated: listed.migrated,
             store: store.describe(),
             following: follower.is_some(),
-            index: Restored {
-                added,
-                strays,
-                took,
-                ..restored.how
-            },
+            index: Restored { took, ..how },
         };
         let mut gallery = Gallery {
             dir: dir.to_path_buf(),
@@ -314,26 +267,20 @@ impl Gallery {
         };
         // Rows forgotten after the file was saved (a kill -9 before the
         // eraser ran): the file still holds their vectors.
-        let forgotten = restored.how.forgotten > 0;
-        if added + restored.how.removed >= SAVE_AT_OPEN || forgotten {
+        let how = &opened.index;
+        if how.added + how.removed >= SAVE_AT_OPEN || how.forgotten > 0 {
             // Rebuilt or caught up a lot: keep that work even if the server
             // is killed before the model unloads, and share it.
             gallery.save_index()?;
         }
         opened.index.published = gallery.publish_index();
-        let following = match follower {
-            None => None,
-            Some(f) => Some(
-                other_servers::start(f, gallery.live.clone(), max_size, listed.change).map_err(
-                    |e| {
-                        Error::unavailable(format!(
-                            "gallery: cannot start its follower thread: {e}"
-                        ))
-                    },
-                )?,
-            ),
-        };
-        gallery._following = following;
+        if let Some(f) = follower {
+            let live = gallery.live.clone();
+            let following = other_servers::start(f, live, max_size, listed.change);
+            gallery._following = Some(following.map_err(|e| {
+                Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
+            })?);
+        }
         gallery.eraser = Some(gallery.start_eraser(None)?);
         Ok((gallery, opened))
     }
@@ -765,7 +712,7 @@ fn locked(store: &Mutex<Box<dyn Store>>) -> MutexGuard<'_, Box<dyn Store>> {
 struct Restoring {
     index: VectorIndex,
     /// The strays the saved file's manifest recorded, if any.
-    strays: Option<saved::Strays>,
+    strays: Option<saved::StraysRecord>,
     /// Entries whose vectors the index lacks, read from the store.
     stored: Vec<Stored>,
     rows: Vec<Row>,
@@ -830,13 +777,107 @@ fn restore(
     })
 }
 
+/// Time since the last lap.
+struct Lap(Instant);
+
+impl Lap {
+    fn next(&mut self) -> Duration {
+        let now = Instant::now();
+        std::mem::replace(&mut self.0, now).elapsed()
+    }
+}
+
+/// The saved index read (`Saved::load`), while the store's rows are listed
+/// on a thread of their own (a million people: 0.5 to 0.8 s of a load). Not
+/// a pool helper: a slow database would keep it from the scans. A store
+/// that cannot be listed, or holds more than `max_size` rows, fails the load
+/// after the read.
+fn read_and_list(
+    saved: &Saved,
+    store: &mut dyn Store,
+    metric: Metric,
+    dim: usize,
+    max_size: usize,
+) -> Result<(Listed, Result<(VectorIndex, saved::Manifest)>)> {
+    let (listed, local) = std::thread::scope(|scope| {
+        let lister = std::thread::Builder::new()
+            .name("face-gallery-list".into())
+            .spawn_scoped(scope, || store.list());
+        let local = saved.load(metric, dim);
+        let listed = lister.ok().map(|thread| {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(Error::internal("gallery: listing its store panicked")))
+        });
+        (listed, local)
+    });
+    // No thread could start: listed here.
+    let listed = listed.unwrap_or_else(|| store.list())?;
+    if listed.rows.len() > max_size {
+        return Err(Error::unavailable(format!(
+            "{}: {} enrolled faces exceed max_gallery_size = {max_size}",
+            store.describe(),
+            listed.rows.len()
+        )));
+    }
+    Ok((listed, local))
+}
+
+/// The index and its names made from what `restore` found, and how.
+struct Indexed {
+    live: Live,
+    how: Restored,
+    /// The file holds every row and nothing more (images aside).
+    current: bool,
+}
+
+/// The rows the restored index lacks inserted, the names' tables filled, the
+/// strays taken from the file or counted (`took` their times).
+fn index_rows(
+    saved: &Saved,
+    restored: Restoring,
+    change: i64,
+    following: bool,
+    took: &mut Took,
+) -> Result<Indexed> {
+    let mut lap = Lap(Instant::now());
+    let live = Live::around(restored.index, change, following);
+    // The strays saved with the file, while they hold: taken, and the rows
+    // the file lacks inserted each alone (its stray checked), as while
+    // serving. Else every row at once, and the strays counted.
+    let how = restored.how;
+    let taken = take_strays(
+        &live.index,
+        restored.strays.as_ref(),
+        &how,
+        restored.stored.len(),
+    )?;
+    let added = live.load(restored.stored, restored.rows, taken.is_some())?;
+    took.tables = lap.next();
+    // The file as saved, nothing added or removed: its graph.
+    let clean = how.from_file && added == 0 && how.removed == 0;
+    let strays = match taken {
+        Some(_) => live.index.stray_count(),
+        None => count_strays(&live, saved, clean)?,
+    };
+    took.strays = lap.next();
+    took.strays_taken = taken.is_some();
+    let current = how.from_file && added == 0 && how.removed == how.images;
+    let how = Restored {
+        added,
+        strays,
+        ..how
+    };
+    Ok(Indexed { live, how, current })
+}
+
 /// The strays `saved` with the file, set on `index` when they hold for
 /// it: the file was used, they were counted by this build's rule, and few
 /// vectors changed since (those before the save, those removed at this
 /// load, the `to_insert` it lacks). How many, if taken.
 fn take_strays(
     index: &VectorIndex,
-    saved: Option<&saved::Strays>,
+    saved: Option<&saved::StraysRecord>,
     how: &Restored,
     to_insert: usize,
 ) -> Result<Option<usize>> {
@@ -859,7 +900,7 @@ fn count_strays(live: &Live, saved: &Saved, clean: bool) -> Result<usize> {
     let n = live.index.find_strays(&live.read().store_keys())?;
     if let Some((keys, isolated_above)) = live.index.counted_strays().filter(|_| clean) {
         // Cheap to keep (the manifest only), seconds to count.
-        let strays = saved::Strays::new(keys, isolated_above, 0);
+        let strays = saved::StraysRecord::new(keys, isolated_above, 0);
         if let Err(e) = saved.record_strays(strays) {
             log::warn!("gallery: strays not recorded: {e}");
         }

@@ -52,16 +52,17 @@ pub struct Manifest {
     /// The strays counted over this graph, or a few changes ago (absent:
     /// count them at load).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strays: Option<Strays>,
+    pub strays: Option<StraysRecord>,
 }
 
-/// A graph's strays and the link length beyond which a node was judged
+/// The record of a graph's strays in its manifest (the set itself:
+/// `strays::Strays`), the link length beyond which a node was judged
 /// isolated (`VectorIndex::find_strays`), and how many vectors went in or
 /// out since they were counted (`VectorIndex::strays_to_save`): counting
 /// them takes seconds at a million. Manifests of an older rule lack the
 /// length (0): counted again.
 #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
-pub struct Strays {
+pub struct StraysRecord {
     pub keys: Vec<u64>,
     #[serde(default)]
     pub isolated_above: f32,
@@ -76,9 +77,9 @@ pub struct Strays {
     pub changed: u64,
 }
 
-impl Strays {
+impl StraysRecord {
     pub fn new(keys: Vec<u64>, isolated_above: f32, changed: u64) -> Self {
-        Strays {
+        StraysRecord {
             keys,
             isolated_above,
             typical: 0.0,
@@ -213,7 +214,9 @@ impl Saved {
         tmp.rename(&path)?;
         let strays = index
             .strays_to_save()
-            .map(|(keys, isolated_above, changed)| Strays::new(keys, isolated_above, changed));
+            .map(|(keys, isolated_above, changed)| {
+                StraysRecord::new(keys, isolated_above, changed)
+            });
         let manifest = Manifest {
             format: FORMAT,
             owner: self.owner.clone(),
@@ -229,7 +232,7 @@ impl Saved {
 
     /// Record the strays counted at load in the manifest of the file they
     /// were counted on (the next load takes them instead of counting).
-    pub fn record_strays(&self, strays: Strays) -> Result<()> {
+    pub fn record_strays(&self, strays: StraysRecord) -> Result<()> {
         let mut manifest = self.manifest()?;
         manifest.strays = Some(strays);
         let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;

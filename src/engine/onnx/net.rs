@@ -94,6 +94,57 @@ impl BatchDim {
 /// Load, clean (hygiene.rs), type, optimize and plan a model once. `size`
 /// fixes the input's height and width (for models whose spatial dims are
 /// free); `batching` says what becomes of its batch dimension.
+/// A model as read: its name in messages, file, cleaned protobuf, and
+/// whether its weights lie in external files.
+struct Source<'a> {
+    what: &'a str,
+    path: &'a Path,
+    proto: &'a tract_onnx::pb::ModelProto,
+    external: bool,
+}
+
+/// Why a runner could not be made: tract's error (`load_net` says the file
+/// is no loadable model) or another.
+enum Loading {
+    Tract(TractError),
+    Other(Error),
+}
+
+/// The runtime's runner for `typed` (tract) or the model's bytes
+/// (onnxruntime), with tract's own kernels when it runs them.
+fn runner(
+    m: Source<'_>,
+    typed: TypedModel,
+    runtime: &RuntimeChoice,
+) -> std::result::Result<(Runner, Option<OwnKernels>), Loading> {
+    match runtime {
+        RuntimeChoice::Tract(kernels) => {
+            let (net, kernels) = TractNet::load(typed, *kernels).map_err(Loading::Tract)?;
+            Ok((Runner::Tract(net), Some(kernels)))
+        }
+        // onnxruntime reads external data relative to the file, so such a
+        // model is loaded from its path; every other one from the cleaned bytes.
+        RuntimeChoice::Ort {
+            library,
+            threads,
+            cuda_device,
+        } => {
+            let bytes = match m.external {
+                true => std::fs::read(m.path).map_err(|e| {
+                    Loading::Other(Error::unavailable(format!(
+                        "{} {}: {e}",
+                        m.what,
+                        m.path.display()
+                    )))
+                })?,
+                false => m.proto.encode_to_vec(),
+            };
+            let net = OrtNet::load(m.what, &bytes, library, *threads, *cuda_device);
+            Ok((Runner::Ort(net.map_err(Loading::Other)?), None))
+        }
+    }
+}
+
 pub(super) fn load_net(
     what: &str,
     path: &Path,
@@ -140,29 +191,16 @@ pub(super) fn load_net(
     }
     let typed = model.into_typed().map_err(fail)?;
     let shape = input_shape(what, path, &typed)?;
-    let mut own_kernels = None;
-    let runner = match runtime {
-        RuntimeChoice::Tract(kernels) => {
-            let (net, kernels) = TractNet::load(typed, *kernels).map_err(fail)?;
-            own_kernels = Some(kernels);
-            Runner::Tract(net)
-        }
-        // onnxruntime reads external data relative to the file, so such a
-        // model is loaded from its path; every other one from the cleaned bytes.
-        RuntimeChoice::Ort {
-            library,
-            threads,
-            cuda_device,
-        } => {
-            let bytes = if external {
-                std::fs::read(path)
-                    .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?
-            } else {
-                proto.encode_to_vec()
-            };
-            Runner::Ort(OrtNet::load(what, &bytes, library, *threads, *cuda_device)?)
-        }
+    let source = Source {
+        what,
+        path,
+        proto: &proto,
+        external,
     };
+    let (runner, own_kernels) = runner(source, typed, runtime).map_err(|e| match e {
+        Loading::Tract(e) => fail(e),
+        Loading::Other(e) => e,
+    })?;
     let mut net = Net {
         runner,
         shape,
