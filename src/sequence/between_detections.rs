@@ -464,6 +464,33 @@ mod tests {
     use crate::pipeline::Analysis;
     use crate::sequence::{follow_together, Cadence, Sequences, Stream};
 
+    fn limits(max_sequences: usize) -> Limits {
+        Limits {
+            max_sequences,
+            max_frames: 10,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// What the tests ask of each frame, `matcher` answering for the gallery.
+    fn work<'a>(matcher: &'a dyn Fn(&[f32]) -> Result<Match>, limits: Limits) -> Work<'a> {
+        Work {
+            wanted: Wanted::all(10),
+            matcher,
+            metric: Metric::Euclidean,
+            threshold: 0.6,
+            limits,
+        }
+    }
+
+    fn obama() -> Match {
+        Match {
+            name: Some("obama".into()),
+            distance: Some(0.1),
+            candidates: Vec::new(),
+        }
+    }
+
     /// One face on every frame (box and embedding from the frame's height);
     /// a frame of width 99 fails, a call with one of width 98 panics. It
     /// counts how many frames each detection and embedding call takes.
@@ -539,11 +566,7 @@ mod tests {
 
     #[test]
     fn a_request_that_fails_partway_changes_nothing() {
-        let limits = Limits {
-            max_sequences: 1,
-            max_frames: 10,
-            idle_timeout: Duration::from_secs(10),
-        };
+        let limits = limits(1);
         let id = crate::sequence::CorrelationId::Int(1);
         let mut seqs = Sequences::new(limits);
         let state = seqs.start(&id, Instant::now()).unwrap();
@@ -551,19 +574,9 @@ mod tests {
         // A face of a frame 77 px high: the gallery fails.
         let matcher = |e: &[f32]| match e[0] {
             77.0 => Err(Error::internal("scripted: the gallery failed")),
-            _ => Ok(Match {
-                name: Some("obama".into()),
-                distance: Some(0.1),
-                candidates: Vec::new(),
-            }),
+            _ => Ok(obama()),
         };
-        let work = Work {
-            wanted: Wanted::all(10),
-            matcher: &matcher,
-            metric: Metric::Euclidean,
-            threshold: 0.6,
-            limits,
-        };
+        let work = work(&matcher, limits);
         let follow = |state: &mut SequenceState, frames: &[Frame]| {
             let stream = Stream {
                 state,
@@ -603,25 +616,9 @@ mod tests {
     /// as each followed alone.
     #[test]
     fn sequences_followed_together_share_each_rounds_engine_calls() {
-        let limits = Limits {
-            max_sequences: 6,
-            max_frames: 10,
-            idle_timeout: Duration::from_secs(10),
-        };
-        let matcher = |_: &[f32]| {
-            Ok(Match {
-                name: Some("obama".into()),
-                distance: Some(0.1),
-                candidates: Vec::new(),
-            })
-        };
-        let work = Work {
-            wanted: Wanted::all(10),
-            matcher: &matcher,
-            metric: Metric::Euclidean,
-            threshold: 0.6,
-            limits,
-        };
+        let limits = limits(6);
+        let matcher = |_: &[f32]| Ok(obama());
+        let work = work(&matcher, limits);
         let requests = [
             vec![frame(8, 8), frame(8, 9)],
             vec![frame(8, 20), frame(99, 8)],
@@ -691,19 +688,9 @@ mod tests {
     /// sequence in the call), each sequence undone; nothing unwinds further.
     #[test]
     fn an_engine_panic_fails_its_rounds_requests_and_undoes_them() {
-        let limits = Limits {
-            max_sequences: 2,
-            max_frames: 10,
-            idle_timeout: Duration::from_secs(10),
-        };
+        let limits = limits(2);
         let matcher = |_: &[f32]| Ok(Match::default());
-        let work = Work {
-            wanted: Wanted::all(10),
-            matcher: &matcher,
-            metric: Metric::Euclidean,
-            threshold: 0.6,
-            limits,
-        };
+        let work = work(&matcher, limits);
         let mut seqs = Sequences::new(limits);
         let now = Instant::now();
         let ids: Vec<_> = (0..2).map(crate::sequence::CorrelationId::Int).collect();
