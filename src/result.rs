@@ -29,6 +29,13 @@ pub struct Summary {
     pub result: LegacyResult,
     pub people: Vec<Person>,
     pub frames: u64,
+    /// Tracks beyond `max_tracks_per_summary`, counted only.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub people_not_listed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The original system's END format, kept so its clients still work.
@@ -385,6 +392,7 @@ impl From<Recap> for Summary {
                 })
                 .collect(),
             frames: recap.frames,
+            people_not_listed: recap.unlisted,
         }
     }
 }

@@ -429,6 +429,26 @@ def test_idle_sequence_is_evicted(start_server, strategy):
     )
 
 
+@pytest.mark.engines("onnx")  # the sequence state's rule, the same for either engine
+def test_retired_tracks_and_a_summary_within_its_limit(start_server, photos):
+    """track_retire_frames 1: obama, away for a frame, is retired and comes back as a new track;
+    max_tracks_per_summary 2: the summary lists the first two tracks and counts the third."""
+    server = start_sequence_server(
+        start_server, params={"track_retire_frames": "1", "max_tracks_per_summary": "2"})
+    client = server.http()
+    frames = ["obama2.jpg", "biden.jpg", "biden.jpg", "obama3.jpg"]
+    tracks = []
+    for i, photo in enumerate(frames):
+        doc = validate(sequence_infer(client, 81, encoded_tensors([photos.bytes(photo)]),
+                                      start=i == 0))
+        tracks.append(tracked(doc))
+    assert tracks == [[(OBAMA, 0)], [(BIDEN, 1)], [(BIDEN, 1)], [(OBAMA, 2)]], tracks
+    summary = validate(sequence_infer(client, 81, end=True))["summary"]
+    assert [(p["track"], p["name"], p["frames"]) for p in summary["people"]] == \
+        [(0, OBAMA, [0]), (1, BIDEN, [1, 2])], summary
+    assert summary["people_not_listed"] == 1 and summary["frames"] == 4, summary
+
+
 def run_short_sequences(server, ids: range, threads: int = 4) -> None:
     """START and END of every ID, no frame but on every 100th (one at START, one at END)."""
     clients = [server.http() for _ in range(threads)]

@@ -240,6 +240,7 @@ fn follow_sequence(
     }
     let state = sequences.get(&step.id, now)?;
     state.cadence = job.cadence;
+    state.retire(&limits);
     let metric = model.gallery.metric();
     let frames = found
         .iter()
@@ -263,7 +264,7 @@ fn follow_sequence(
         })
         .collect();
     let recap = if step.end {
-        sequences.end(&step.id).map(|ended| ended.recap())
+        sequences.end(&step.id).map(|ended| ended.recap(&limits))
     } else {
         None
     };

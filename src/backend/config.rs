@@ -177,6 +177,8 @@ impl Settings {
                 max_sequences: 0,
                 max_frames: 0,
                 idle_timeout: Duration::from_micros(DEFAULT_IDLE_US),
+                retire_after: 0,
+                max_tracks: 0,
             },
             cadence: Cadence::EVERY_FRAME,
             model_dir,

@@ -460,6 +460,25 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| positive(v).map(|n| d.limits.max_frames = n),
     },
     Parameter {
+        name: "track_retire_frames",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("300"),
+        meaning: "sequence models: a track not seen for this many frames is retired (30 s at \
+                  10 fps): no face is compared with it again, its summary entry is kept; a face \
+                  back after longer starts a new track, named by the gallery again",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.limits.retire_after = n),
+    },
+    Parameter {
+        name: "max_tracks_per_summary",
+        kind: Kind::PositiveInteger,
+        default: Default::Value("1000"),
+        meaning: "sequence models: tracks a summary lists, live and retired, in track order; \
+                  the rest are counted (`people_not_listed`)",
+        section: Section::General,
+        apply: |d, v| positive(v).map(|n| d.limits.max_tracks = n),
+    },
+    Parameter {
         name: "detect_every",
         kind: Kind::PositiveInteger,
         default: Default::Value("1"),

@@ -191,7 +191,9 @@ fn conclude(
     let followed = followed.ok_or_else(|| Error::internal("a request was not followed"))?;
     let frames = followed.map_err(|(i, e)| e.context(job.label(i, "image")));
     let state = taken.state.as_mut().ok_or_else(missing_state)?;
-    let recap = (step.end && frames.is_ok()).then(|| state.recap());
+    let limits = model.settings.sequence.as_ref().map(|q| q.limits);
+    let limits = limits.ok_or_else(|| Error::internal("a followed request has no sequence"))?;
+    let recap = (step.end && frames.is_ok()).then(|| state.recap(&limits));
     if frames.is_err() {
         state.cadence = taken.cadence;
         taken.close = step.start;

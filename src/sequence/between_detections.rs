@@ -469,6 +469,8 @@ mod tests {
             max_sequences,
             max_frames: 10,
             idle_timeout: Duration::from_secs(10),
+            retire_after: 300,
+            max_tracks: 1000,
         }
     }
 
@@ -604,7 +606,7 @@ mod tests {
         let next = follow(state, &[frame(8, 8)]).ok().unwrap();
         assert_eq!(next[0].number, 2);
         assert_eq!(next[0].faces[0].track, 0);
-        let recap = state.recap();
+        let recap = state.recap(&limits);
         assert_eq!(recap.kept.len(), 3);
         assert_eq!(recap.tracks.len(), 1);
         assert_eq!(recap.tracks[0].frames, vec![0, 1, 2]);

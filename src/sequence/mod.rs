@@ -50,11 +50,13 @@ pub struct Recap {
     /// The faces of the first `max_frames` frames: name and box.
     pub kept: Vec<Vec<(Name, BoxPx)>>,
     pub tracks: Vec<TrackRecap>,
+    /// Tracks beyond `max_tracks`, counted only.
+    pub unlisted: u64,
 }
 
 /// One track: who it most often was, in which frames (the first
 /// `max_frames`), and its best distance as a named face.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct TrackRecap {
     pub track: u32,
     pub name: Name,
@@ -99,6 +101,13 @@ pub struct Limits {
     pub max_sequences: usize,
     pub max_frames: usize,
     pub idle_timeout: Duration,
+    /// A track not seen for this many frames is retired: its recap kept
+    /// for the summary, its tracker and centroid gone, no face compared
+    /// with it again.
+    pub retire_after: u64,
+    /// Tracks a summary lists (live and retired, in track order); the rest
+    /// are counted.
+    pub max_tracks: usize,
 }
 
 /// What the sequence code needs to know about one face of a frame.
@@ -137,7 +146,13 @@ pub struct SequenceState {
     frames: u64,
     /// The size of the last followed frame.
     size: Option<(u32, u32)>,
+    /// Live tracks: seen in the last `retire_after` frames.
     tracks: Vec<Track>,
+    /// Retired tracks' recaps, up to `max_tracks`, and how many more.
+    retired: Vec<TrackRecap>,
+    unlisted: u64,
+    /// The next track's id (ids are never reused within a sequence).
+    next_id: u32,
     kept: Vec<KeptFrame>,
     last_seen: Instant,
     /// The label of the key its START brought (models with keys): its
@@ -146,6 +161,15 @@ pub struct SequenceState {
 }
 
 impl Track {
+    fn recap(&self) -> TrackRecap {
+        TrackRecap {
+            track: self.id,
+            name: majority(&self.votes),
+            frames: self.frames.clone(),
+            best_distance: self.best_distance,
+        }
+    }
+
     /// One more sighting: running centroid, a vote for its name, the best
     /// distance of a named sighting, the frame (up to the limit).
     fn record(&mut self, face: &Observed<'_>, frame: u64, limits: &Limits) {
@@ -197,6 +221,7 @@ pub(super) struct Before {
     frames: u64,
     tracks: Vec<(Track, usize)>,
     kept: usize,
+    next_id: u32,
 }
 
 impl SequenceState {
@@ -216,6 +241,7 @@ impl SequenceState {
                 .map(|t| (copy(t), t.frames.len()))
                 .collect(),
             kept: self.kept.len(),
+            next_id: self.next_id,
         }
     }
 
@@ -230,6 +256,7 @@ impl SequenceState {
         }
         self.frames = before.frames;
         self.kept.truncate(before.kept);
+        self.next_id = before.next_id;
     }
 
     fn new(now: Instant) -> Self {
@@ -238,6 +265,9 @@ impl SequenceState {
             frames: 0,
             size: None,
             tracks: Vec::new(),
+            retired: Vec::new(),
+            unlisted: 0,
+            next_id: 0,
             kept: Vec::new(),
             last_seen: now,
             owner: None,
@@ -319,8 +349,9 @@ impl SequenceState {
     }
 
     fn new_track(&mut self, bbox: BoxPx) -> usize {
+        self.next_id += 1;
         self.tracks.push(Track {
-            id: self.tracks.len() as u32,
+            id: self.next_id - 1,
             centroid: Vec::new(),
             embedded: 0,
             last_box: bbox,
@@ -334,21 +365,44 @@ impl SequenceState {
         self.tracks.len() - 1
     }
 
-    pub fn recap(&self) -> Recap {
+    pub fn recap(&self, limits: &Limits) -> Recap {
+        let mut tracks = self.retired.clone();
+        tracks.extend(self.tracks.iter().map(Track::recap));
+        tracks.sort_by_key(|t| t.track);
+        let over = tracks.len().saturating_sub(limits.max_tracks);
+        tracks.truncate(limits.max_tracks);
         Recap {
             frames: self.frames,
             kept: self.kept.iter().map(|k| k.faces.clone()).collect(),
-            tracks: self
-                .tracks
-                .iter()
-                .map(|t| TrackRecap {
-                    track: t.id,
-                    name: majority(&t.votes),
-                    frames: t.frames.clone(),
-                    best_distance: t.best_distance,
-                })
-                .collect(),
+            tracks,
+            unlisted: self.unlisted + over as u64,
         }
+    }
+
+    /// Retire the tracks not seen for `retire_after` frames: their recaps
+    /// kept for the summary (up to `max_tracks`, the rest counted), the
+    /// rest of them dropped. Called between requests, never inside one
+    /// (tracks are named by position within a request).
+    pub fn retire(&mut self, limits: &Limits) {
+        let now = self.frames;
+        let gone = |t: &Track| now.saturating_sub(t.last_frame) > limits.retire_after;
+        if !self.tracks.iter().any(gone) {
+            return;
+        }
+        let (old, live): (Vec<Track>, Vec<Track>) =
+            std::mem::take(&mut self.tracks).into_iter().partition(gone);
+        self.tracks = live;
+        for track in old {
+            match self.retired.len() < limits.max_tracks {
+                true => self.retired.push(track.recap()),
+                false => self.unlisted += 1,
+            }
+        }
+    }
+
+    /// Live tracks (bounded by what `retire_after` frames can show).
+    pub fn live_tracks(&self) -> usize {
+        self.tracks.len()
     }
 }
 
@@ -489,6 +543,8 @@ mod tests {
         max_sequences: 2,
         max_frames: 3,
         idle_timeout: Duration::from_secs(10),
+        retire_after: 300,
+        max_tracks: 1000,
     };
 
     fn bx() -> BoxPx {
@@ -530,7 +586,7 @@ mod tests {
             &LIMITS,
         );
         assert_eq!(t2, vec![2, 0]);
-        let sum = s.recap();
+        let sum = s.recap(&LIMITS);
         assert_eq!(sum.frames, 3);
         assert_eq!(sum.kept.len(), 3);
         assert_eq!(sum.kept[1].len(), 2);
@@ -583,10 +639,93 @@ mod tests {
         for _ in 0..10 {
             s.observe(&[face(&[0.0], None)], Metric::Euclidean, 0.6, &LIMITS);
         }
-        let sum = s.recap();
+        let sum = s.recap(&LIMITS);
         assert_eq!(sum.frames, 10);
         assert_eq!(sum.kept.len(), 3);
         assert_eq!(sum.tracks[0].frames.len(), 3);
+    }
+
+    /// A camera that never stops: 100,000 frames, two people in view at a
+    /// time, each for 20 frames, never seen again (5,001 people). The live
+    /// tracks (what each frame's faces are compared with), the retired
+    /// recaps and the kept frames stay bounded; the summary lists
+    /// `max_tracks` and counts the rest.
+    #[test]
+    fn a_stream_that_never_ends_keeps_its_state_bounded() {
+        let limits = Limits {
+            max_frames: 50,
+            retire_after: 30,
+            max_tracks: 100,
+            ..LIMITS
+        };
+        let mut s = SequenceState::new(Instant::now());
+        let mut most_live = 0;
+        let name = Some("passer-by");
+        for f in 0..100_000u32 {
+            s.retire(&limits); // between requests
+            let p = (f / 20) as f32;
+            let (a, b) = ([p, 0.0], [p + 1.0, 5.0]);
+            s.observe(
+                &[face(&a, name), face(&b, name)],
+                Metric::Euclidean,
+                0.6,
+                &limits,
+            );
+            most_live = most_live.max(s.live_tracks());
+            assert!(s.retired.len() <= limits.max_tracks && s.kept.len() <= limits.max_frames);
+        }
+        assert!(most_live <= 6, "live tracks: {most_live}");
+        let recap = s.recap(&limits);
+        assert_eq!(recap.frames, 100_000);
+        assert_eq!(recap.tracks.len(), limits.max_tracks);
+        let tracks = u64::from(s.next_id);
+        assert!(tracks > 5_000, "a track per person and side: {tracks}");
+        assert_eq!(recap.unlisted, tracks - limits.max_tracks as u64);
+        assert!(recap
+            .tracks
+            .iter()
+            .all(|t| t.frames.len() <= limits.max_frames));
+        assert_eq!(recap.tracks[0].frames[..3], [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_track_away_shorter_than_retire_after_continues() {
+        let limits = Limits {
+            retire_after: 30,
+            ..LIMITS
+        };
+        let mut s = SequenceState::new(Instant::now());
+        let (obama, other) = ([0.0], [10.0]);
+        for f in 0..100 {
+            s.retire(&limits);
+            // obama leaves the view for 25 frames at frame 10.
+            let faces = match (10..35).contains(&f) {
+                true => vec![face(&other, None)],
+                false => vec![face(&obama, Some("obama")), face(&other, None)],
+            };
+            s.observe(&faces, Metric::Euclidean, 0.6, &limits);
+        }
+        let recap = s.recap(&limits);
+        assert_eq!(
+            recap.tracks.len(),
+            2,
+            "obama's track went on after 25 frames away"
+        );
+        assert_eq!(recap.tracks[0].name.as_deref(), Some("obama"));
+        // Away for longer: retired, and a new track when back.
+        for _ in 0..40 {
+            s.retire(&limits);
+            s.observe(&[face(&other, None)], Metric::Euclidean, 0.6, &limits);
+        }
+        s.retire(&limits);
+        let (_, ids) = s.observe(
+            &[face(&obama, Some("obama"))],
+            Metric::Euclidean,
+            0.6,
+            &limits,
+        );
+        assert_eq!(ids, vec![2], "a new track");
+        assert_eq!(s.recap(&limits).tracks.len(), 3);
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub type FollowResult = std::result::Result<Vec<FollowedFrame>, (usize, Error)>;
 
 /// Follow every stream's frames with `engine`; one result per stream.
 pub fn follow_together(engine: &mut dyn Engine, streams: &mut [Stream<'_>]) -> Vec<FollowResult> {
+    // Between requests: tracks gone long enough retire (never inside one).
+    for s in streams.iter_mut() {
+        s.state.retire(&s.work.limits);
+    }
     let before: Vec<Option<Before>> = (streams.iter())
         .map(|s| s.state.before_request(s.frames.len()))
         .collect();
