@@ -112,7 +112,7 @@ pub fn runs(mut keys: Vec<u64>) -> Vec<(u64, u64)> {
     out
 }
 
-pub const LOCK_FILE: &str = "gallery.index.lock";
+const LOCK_FILE: &str = "gallery.index.lock";
 
 pub struct Saved {
     dir: PathBuf,

@@ -119,11 +119,6 @@ impl GalleryKeys {
         found
     }
 
-    /// The key of `label` (a sequence's frames hold its START's key).
-    pub fn labelled(&self, label: &str) -> Option<&Key> {
-        self.keys.iter().find(|k| k.label == label)
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = &Key> {
         self.keys.iter()
     }
@@ -193,7 +188,6 @@ mod tests {
         );
         assert!(keys.find(&format!("ops:{K1}")).is_none() && keys.find("").is_none());
         assert!(keys.find(&K1[1..]).is_none());
-        assert_eq!(keys.labelled("cam").unwrap().roles, cam.roles);
     }
 
     #[test]

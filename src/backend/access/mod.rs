@@ -23,8 +23,8 @@ use crate::triton::metrics::Counter;
 use crate::triton::request::ParameterValue;
 use crate::triton::{log, Request};
 
-pub use keys::{GalleryKeys, Key, Roles, MIN_KEY_LEN};
-pub use needs::{Defaults, Need};
+use keys::{GalleryKeys, Key, Roles};
+use needs::{Defaults, Need};
 pub use rate::{KeyRate, MAX_RATE};
 
 /// The request parameter that carries the key.
@@ -135,9 +135,9 @@ impl Access {
         // A live sequence is its START's key's alone (checked again when
         // the request reaches it: answer.rs, tracked_requests.rs).
         let held = step.as_ref().and_then(|s| owner_of(model, &s.id));
-        let key = key.and_then(|k| match &held {
-            Some(label) if *label != k.label => Err(Reason::WrongKey),
-            _ => Ok(k),
+        let key = key.and_then(|k| match another_owner(held.as_deref(), Some(&k.label)) {
+            true => Err(Reason::WrongKey),
+            false => Ok(k),
         });
         let missing = |k: &Key| needs.iter().find(|n| !k.roles.holds(n.role));
         let key = match key {
@@ -154,6 +154,26 @@ impl Access {
         }
         Ok(Some(key.label.clone()))
     }
+
+    /// A sequence request whose key is not its live sequence's (`owner`,
+    /// the label its START brought, if it is live): refused and counted, as
+    /// at admission (which a request of the same batch may have passed
+    /// before a START in it took the sequence). A START cannot take over a
+    /// live sequence of another key.
+    pub fn check_owner(&self, owner: Option<&str>, by: Option<&str>) -> Result<()> {
+        match &self.guarded {
+            Some(g) if another_owner(owner, by) => {
+                g.count(Reason::WrongKey);
+                Err(refusal(Roles::RECOGNIZE, SEQUENCE_WHY))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A live sequence (`owner`: its START's key label) that is not `by`'s.
+fn another_owner(owner: Option<&str>, by: Option<&str>) -> bool {
+    owner.is_some() && owner != by
 }
 
 impl Guarded {
@@ -167,23 +187,6 @@ impl Guarded {
     fn refuse(&self, reason: Reason, need: &Need) -> Error {
         self.count(reason);
         refusal(need.role, need.why)
-    }
-}
-
-impl Access {
-    /// A sequence request whose key is not its live sequence's (`owner`,
-    /// the label its START brought, if it is live): refused and counted, as
-    /// at admission (which a request of the same batch may have passed
-    /// before a START in it took the sequence). A START cannot take over a
-    /// live sequence of another key.
-    pub fn check_owner(&self, owner: Option<&str>, by: Option<&str>) -> Result<()> {
-        match &self.guarded {
-            Some(g) if owner.is_some() && owner != by => {
-                g.count(Reason::WrongKey);
-                Err(refusal(Roles::RECOGNIZE, SEQUENCE_WHY))
-            }
-            _ => Ok(()),
-        }
     }
 }
 

@@ -55,7 +55,7 @@ pub fn import(conn: &mut Connection, dir: &Path, identity: &Identity) -> Result<
             })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::unavailable(format!("{}: {e}", dir.display()))),
+        Err(e) => return Err(Error::unavailable(format!("{}: {e}", path.display()))),
     };
     for old in renamed_before(dir)? {
         erase_file(&old)?;
