@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use triton_face::gallery::store::{self, Identity};
 use triton_face::gallery::{Gallery, Named};
-use triton_face::pipeline::Metric;
+use triton_face::metric::Metric;
 
 const DIM: usize = 128;
 const SIZES: [usize; 2] = [0, 10_000];

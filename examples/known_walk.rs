@@ -2,8 +2,10 @@
 //! (the graph walk, the strays, the re-rank) for faces about 0.17 (cosine
 //! distance) from a stored person, each query timed once with the caches
 //! emptied before it (512 MB written, as a server's inference does between
-//! two searches) and once again at once (warm). Prints the p50s per round
-//! and how often the stored person came first.
+//! two searches) and once again at once (warm). Then an unknown face's two
+//! looks (`nearest`, then `nearest_by_signs`: the walk, then the scan of
+//! every sign) for random unit queries, cold. Prints the p50s per round and
+//! how often the stored person came first.
 //!
 //! `cargo run --release --example known_walk -- INDEX [--ef N]`, INDEX a
 //! cosine 512-d gallery's saved index, e.g. the scale bench's
@@ -14,7 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use triton_face::gallery::index::VectorIndex;
-use triton_face::pipeline::Metric;
+use triton_face::metric::Metric;
 
 const QUERIES: u64 = 400;
 const ROUNDS: usize = 4;
@@ -37,6 +39,11 @@ fn noise(seed: u64, dim: usize) -> Vec<f32> {
 fn p50(mut t: Vec<f64>) -> f64 {
     t.sort_by(|a, b| a.total_cmp(b));
     t[t.len() / 2]
+}
+
+fn unit(v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.into_iter().map(|x| x / n).collect()
 }
 
 fn ms(t: Instant) -> f64 {
@@ -90,11 +97,24 @@ fn main() {
             warm.push(ms(t));
             first += usize::from(hits.first().map(|h| h.key) == Some(*key));
         }
+        let mut unknown = Vec::new();
+        for i in 0..QUERIES {
+            for b in junk.iter_mut().step_by(64) {
+                *b = b.wrapping_add((i as usize + round) as u8);
+            }
+            let q = unit(noise(1_000_000 + i, 512));
+            let t = Instant::now();
+            std::hint::black_box(index.nearest(&q, 1).expect("search"));
+            std::hint::black_box(index.nearest_by_signs(&q, 1).expect("search"));
+            unknown.push(ms(t));
+        }
         println!(
-            "round {round}: cold p50 {:.3} ms, warm p50 {:.3} ms, stored person first {first}/{}",
+            "round {round}: known cold p50 {:.3} ms, warm p50 {:.3} ms, stored person first {first}/{}; \
+             unknown (both looks) cold p50 {:.3} ms",
             p50(cold),
             p50(warm),
-            queries.len()
+            queries.len(),
+            p50(unknown)
         );
     }
     std::hint::black_box(&junk);

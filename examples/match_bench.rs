@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use triton_face::gallery::index::{shape, Hit, ScalarKind, Shape, VectorIndex};
 use triton_face::gallery::looks::{look, Breadth, EXACT_RETRY_UP_TO};
-use triton_face::pipeline::Metric;
+use triton_face::metric::Metric;
 
 struct Data {
     n: usize,

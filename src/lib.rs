@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod gallery;
 pub mod gpu;
+pub mod metric;
 pub mod pipeline;
 pub mod result;
 pub mod sequence;

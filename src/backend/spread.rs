@@ -114,7 +114,8 @@ mod tests {
 
     use super::*;
     use crate::error::ErrorKind;
-    use crate::pipeline::{BoxPx, Face, Metric};
+    use crate::metric::Metric;
+    use crate::pipeline::{BoxPx, Face};
 
     /// Answers each frame with one face whose score is the frame's width,
     /// records which thread ran it, and panics on a frame of width 0.

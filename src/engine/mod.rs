@@ -9,7 +9,8 @@ pub mod tracker;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Wanted};
+use crate::metric::Metric;
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Wanted};
 use dlib::{DlibEngine, DlibSettings};
 use onnx::{OnnxEngine, OnnxSettings};
 

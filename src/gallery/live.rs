@@ -18,7 +18,7 @@ use super::progress::Progress;
 use super::store::{Changes, Row, Stamp, Stored};
 use crate::error::Result;
 #[cfg(test)]
-use crate::pipeline::Metric;
+use crate::metric::Metric;
 
 /// A person near a query: the name and the full distance of its nearest
 /// entry.

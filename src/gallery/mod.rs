@@ -3,7 +3,7 @@
 //! written) and run-time enrollments, kept in a `Store` (SQLite in the same
 //! folder).
 //!
-//! Matching searches a vector index (`index.rs`) and names what it finds
+//! Matching searches a vector index (`index/`) and names what it finds
 //! (`live.rs`). A change (ENROLL, FORGET) takes the writer lock (the store's
 //! mutex: one change at a time), decides against the current entries, writes
 //! the store durably, and only then applies it in memory, one insertion at a
@@ -11,7 +11,6 @@
 //! acknowledged) that is not on disk. A store other servers share also has a
 //! follower thread (`other_servers.rs`) applying their changes.
 
-mod apart;
 mod entries;
 mod erase;
 pub mod folder;
@@ -28,7 +27,6 @@ mod share;
 pub mod signs;
 mod split;
 pub mod store;
-mod strays;
 mod wipe;
 
 use std::collections::BTreeMap;
@@ -40,7 +38,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::pipeline::Metric;
+use crate::metric::Metric;
 use entries::Entries;
 use erase::{Eraser, Expiry};
 pub use folder::gallery_images;
@@ -395,7 +393,7 @@ impl Gallery {
     pub fn best_match(&self, embedding: &[f32], threshold: f32, top_k: usize) -> Result<Match> {
         self.check_dim(embedding)?;
         let wanted = top_k.max(1);
-        // A stray proven the nearest needs no walk (`apart.rs`): the one
+        // A stray proven the nearest needs no walk (`index/strays/proof.rs`): the one
         // nearest is all a top_k of 1 lists.
         let proven = match wanted {
             1 => self

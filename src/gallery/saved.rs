@@ -26,7 +26,7 @@ use super::entries::FOLDER_KEYS;
 use super::index::VectorIndex;
 use super::store::Store;
 use crate::error::{Error, Result};
-use crate::pipeline::Metric;
+use crate::metric::Metric;
 
 pub const INDEX_FILE: &str = "gallery.index";
 pub const MANIFEST_FILE: &str = "gallery.index.json";

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use crate::engine::tracker::{BoxTracker, TrackFrame, LOST_BELOW};
 use crate::error::{Error, Result};
 use crate::gallery::Match;
-use crate::pipeline::{BoxPx, Face, Frame, Metric, Stages, Wanted};
+use crate::metric::Metric;
+use crate::pipeline::{BoxPx, Face, Frame, Stages, Wanted};
 
 use super::{majority, overlap, Before, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
 

@@ -16,7 +16,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::pipeline::{BoxPx, Metric};
+use crate::metric::Metric;
+use crate::pipeline::BoxPx;
 use between_detections::Follow;
 
 pub use between_detections::{FollowedFace, FollowedFrame, Source, Work};

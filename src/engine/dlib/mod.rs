@@ -13,7 +13,8 @@ use std::time::Instant;
 use super::require_file;
 use super::Engine;
 use crate::error::{Error, Result};
-use crate::pipeline::{Analysis, BoxPx, Face, Frame, Metric, Stages, Wanted};
+use crate::metric::Metric;
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
 pub use shim::MAX_UPSAMPLE;
 use shim::{Detector, Encoder, Image, Predictor, Rect, Shape, CHIP_SIDE};
 

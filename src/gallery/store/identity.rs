@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::pipeline::Metric;
+use crate::metric::Metric;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {

@@ -1,4 +1,4 @@
-//! The strays of a graph (`index.rs`: nodes no walk is sure to reach) and
+//! The strays of a graph (nodes no walk is sure to reach) and
 //! a flat copy of their stored vectors, scanned at every graph search in one
 //! SIMD pass of usearch's exact search: a thousand strays (a million people
 //! hold about that many) cost tens of microseconds this way, where fetching
@@ -18,7 +18,7 @@ pub struct Strays {
     /// Concurrent searches it takes (as many as the graph's).
     threads: usize,
     /// How far each stray is from every other entry, at least
-    /// (`apart.rs`), measured the first time a query needed it (one exact
+    /// (`proof.rs`), measured the first time a query needed it (one exact
     /// scan, 80 ms at a million) and lowered as vectors arrive: a lower
     /// bound stays one when entries go.
     apart: Mutex<HashMap<u64, f32>>,

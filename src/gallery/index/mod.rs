@@ -1,0 +1,296 @@
+//! The gallery's vectors and the search over them: a `usearch` index (HNSW
+//! graph, vectors stored once, contiguously per node). Small galleries are
+//! searched exactly (a scan of the same vectors), large ones through the
+//! graph. Whatever the index returns is re-ranked by the full distance of our
+//! own `Metric`, so an approximation can miss a candidate but never misreport
+//! one's distance.
+//!
+//! Precision: cosine galleries hold a byte and a half per value (`split.rs`),
+//! 732 MiB for 1,000,000 people of 512 values (f32 would take 2 GiB): the
+//! graph walks i8 (usearch's fastest kernel) and the re-rank restores each
+//! candidate to within 2.9e-4 per value (a distance moves by at most about
+//! 5e-4). Euclidean galleries (dlib's vectors, not unit length, which i8
+//! would turn into directions) hold f16: a distance from f16 values differs
+//! from the f32 one by about 1e-4. Both are far below the gaps between
+//! people.
+//!
+//! Strays, nodes no walk is sure to reach, are found, scanned and proven
+//! in `strays/`; the file in `file.rs`, changes in `insert.rs`, searches in
+//! `search.rs`.
+//!
+//! Concurrency: searches share a read lock; each insertion or removal takes
+//! the write lock for itself alone (usearch lets a search read neighbour lists
+//! while an insertion rewrites them, which is a data race), so a change blocks
+//! readers for one insertion at most.
+
+mod file;
+mod insert;
+mod search;
+mod strays;
+#[cfg(test)]
+mod test_vectors;
+
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+
+pub use usearch::ScalarKind;
+use usearch::{Index, IndexOptions, MetricKind};
+
+use super::split::{self, Fine};
+use crate::error::{Error, Result};
+use crate::metric::Metric;
+use strays::{Strays, NEVER_COUNTED};
+
+/// Up to this many vectors a query scans them all: exact, and at this size
+/// about as fast as the graph (see docs/benchmarks.md, "Gallery at scale").
+pub const EXACT_UP_TO: usize = 20_000;
+
+/// HNSW parameters: neighbours per node, and the breadth of the search when
+/// inserting and when querying (measured in the matching bench). A query's
+/// first look is narrow: a face it names no one for is looked for again,
+/// wider (`looks.rs`). At a million, 48 wide finds the nearest for 92% at
+/// the first look and the second brings it to all 1,000 planted queries;
+/// per known face that costs less on average than 32 (more second looks)
+/// or 64 (a wider first). 24 neighbours rather than 16: at a million the
+/// walk finds the nearest at 0.947 with 64 wide (16: 0.857) for about
+/// 64 MB more at a million (docs/benchmarks.md, "Matching"). A saved index
+/// keeps the neighbours it was built with (usearch reads them from the
+/// file).
+const CONNECTIVITY: usize = 24;
+const EXPANSION_ADD: usize = 128;
+pub const EXPANSION_SEARCH: usize = 48;
+
+/// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
+const SEARCH_THREADS: usize = 64;
+
+/// The first capacity; it doubles as the gallery grows.
+const FIRST_CAPACITY: usize = 1024;
+
+/// One candidate: the entry's key and its full distance to the query.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hit {
+    pub key: u64,
+    pub distance: f32,
+}
+
+pub struct VectorIndex {
+    inner: RwLock<Graph>,
+    /// Keys no graph search can reach (see `find_strays`), scanned at every
+    /// search; changed only under `inner`'s write lock.
+    strays: RwLock<Strays>,
+    /// Beyond this median link length a node is isolated (f32 bits; 0
+    /// until `find_strays` measured it).
+    isolated_above: AtomicU32,
+    /// Vectors inserted or removed since `strays` were counted (each may
+    /// cut links that led to other nodes); 0: counted over the graph as it
+    /// is; NEVER_COUNTED before the first count.
+    changed_since_count: AtomicU64,
+    metric: Metric,
+    dim: usize,
+    exact_up_to: usize,
+    /// The thread moving a loaded index into huge pages (`huge_pages.rs`).
+    collapsing: Option<JoinHandle<()>>,
+}
+
+/// The graph's shape: neighbours per node, breadth of an insertion.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub connectivity: usize,
+    pub expansion_add: usize,
+    pub quantization: ScalarKind,
+}
+
+/// The gallery's shape: i8 split for cosine, f16 for Euclidean (see above).
+pub fn shape(metric: Metric) -> Shape {
+    Shape {
+        connectivity: CONNECTIVITY,
+        expansion_add: EXPANSION_ADD,
+        quantization: match metric {
+            Metric::Cosine => ScalarKind::I8,
+            Metric::Euclidean => ScalarKind::F16,
+        },
+    }
+}
+
+fn options_shaped(metric: Metric, dim: usize, shape: Shape) -> Result<IndexOptions> {
+    let kind = match (metric, shape.quantization) {
+        // Split vectors are unit length: the inner product ranks them.
+        (Metric::Cosine, ScalarKind::I8) => MetricKind::IP,
+        (Metric::Cosine, _) => MetricKind::Cos,
+        (Metric::Euclidean, ScalarKind::I8) => {
+            return Err(failed(
+                "create",
+                "i8 keeps directions only: not for Euclidean",
+            ))
+        }
+        (Metric::Euclidean, _) => MetricKind::L2sq,
+    };
+    Ok(IndexOptions {
+        dimensions: dim,
+        metric: kind,
+        quantization: shape.quantization,
+        connectivity: shape.connectivity,
+        expansion_add: shape.expansion_add,
+        expansion_search: EXPANSION_SEARCH,
+        multi: false,
+    })
+}
+
+/// usearch's index and, for split vectors, their fine bytes: one lock
+/// guards both.
+struct Graph {
+    index: Index,
+    fine: Option<Fine>,
+}
+
+impl Deref for Graph {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        &self.index
+    }
+}
+
+impl Graph {
+    /// Add `vector` under `key` (split first when the index is i8; its fine
+    /// bytes are put by the caller, who holds the write lock).
+    fn add(&self, key: u64, vector: &[f32], coarse: &mut [i8], fine: &mut [u8]) -> Result<()> {
+        let added = match self.fine {
+            Some(_) => {
+                split::split(vector, coarse, fine);
+                self.index.add(key, coarse)
+            }
+            None => self.index.add(key, vector),
+        };
+        added.map_err(|e| failed("insert", e))
+    }
+
+    /// `key`'s vector as stored (split ones restored); false when absent.
+    fn full(&self, key: u64, out: &mut [f32], coarse: &mut [i8]) -> bool {
+        match &self.fine {
+            None => matches!(self.index.get(key, out), Ok(1)),
+            Some(fine) => match (self.index.get(key, coarse), fine.get(key)) {
+                (Ok(1), Some(f)) => {
+                    split::join(coarse, f, out);
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+}
+
+/// The move into huge pages joined before the index goes (an unload may
+/// take this library's code away after it).
+impl Drop for VectorIndex {
+    fn drop(&mut self) {
+        if let Some(thread) = self.collapsing.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl VectorIndex {
+    pub fn new(metric: Metric, dim: usize) -> Result<Self> {
+        Self::shaped(metric, dim, shape(metric))
+    }
+
+    /// An empty index of another shape (the bench compares shapes).
+    pub fn shaped(metric: Metric, dim: usize, shape: Shape) -> Result<Self> {
+        let opts = options_shaped(metric, dim, shape)?;
+        let index = Index::new(&opts).map_err(|e| failed("create", e))?;
+        index
+            .reserve_capacity_and_threads(FIRST_CAPACITY, threads())
+            .map_err(|e| failed("reserve", e))?;
+        let fine = (shape.quantization == ScalarKind::I8).then(|| Fine::new(dim));
+        Self::around(Graph { index, fine }, metric, dim, &opts)
+    }
+
+    fn around(graph: Graph, metric: Metric, dim: usize, opts: &IndexOptions) -> Result<Self> {
+        Ok(VectorIndex {
+            inner: RwLock::new(graph),
+            strays: RwLock::new(Strays::new(opts, threads())?),
+            isolated_above: AtomicU32::new(0),
+            changed_since_count: AtomicU64::new(NEVER_COUNTED),
+            metric,
+            dim,
+            exact_up_to: EXACT_UP_TO,
+            collapsing: None,
+        })
+    }
+
+    /// The SIMD kernels usearch runs on this CPU.
+    pub fn acceleration(&self) -> String {
+        self.read().hardware_acceleration()
+    }
+
+    /// How broad a graph search is (the bench sweeps it).
+    pub fn set_expansion_search(&self, n: usize) {
+        self.write().change_expansion_search(n);
+    }
+
+    /// Scan up to `n` vectors instead of searching the graph (tests, bench).
+    pub fn with_exact_up_to(mut self, n: usize) -> Self {
+        self.exact_up_to = n;
+        self
+    }
+
+    // A panic while a lock was held leaves usearch as consistent as its own
+    // calls leave it (each returns or throws whole): poisoned locks are used.
+    fn read(&self) -> RwLockReadGuard<'_, Graph> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Graph> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().size()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a query walks the graph (and may miss) rather than scanning.
+    pub fn approximate(&self) -> bool {
+        self.len() > self.exact_up_to
+    }
+
+    /// Neighbours per node of this graph (a loaded one's own).
+    pub fn connectivity(&self) -> usize {
+        self.read().connectivity()
+    }
+
+    /// Bytes the index holds (vectors, graph, lookup tables).
+    pub fn memory(&self) -> usize {
+        let graph = self.read();
+        graph.memory_usage() + graph.fine.as_ref().map_or(0, Fine::memory)
+    }
+
+    fn check(&self, vector: &[f32]) -> Result<()> {
+        check_length(vector, self.dim)
+    }
+}
+
+/// An embedding of another length than the gallery's is a bug upstream.
+pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
+    if vector.len() != dim {
+        return Err(Error::internal(format!(
+            "embedding has {} values, the gallery holds {dim}",
+            vector.len()
+        )));
+    }
+    Ok(())
+}
+
+fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    SEARCH_THREADS.max(4 * cores)
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::unavailable(format!("gallery index: {what}: {e}"))
+}

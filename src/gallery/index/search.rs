@@ -1,0 +1,254 @@
+//! Searches: an exact scan up to `EXACT_UP_TO`, a graph walk beyond (the
+//! strays scanned beside it), the sign scan as the second look; every hit
+//! re-ranked by the full distance.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::strays::strays_near;
+use super::{failed, split, Graph, Hit, VectorIndex};
+use crate::error::Result;
+use crate::gallery::looks::WIDER_SEARCH;
+use crate::gallery::share::with_helpers;
+
+/// An exact scan of i8 vectors re-ranks this many more than asked for.
+const RERANK_MORE: usize = 32;
+
+/// The second look re-ranks this many nearest by sign bits: a face within
+/// 0.8x the threshold of its match stays among them against a million
+/// uniform strangers by more than 6 standard deviations (signs.rs).
+const SIGN_CANDIDATES: usize = 256;
+
+/// Re-ranks of this many keys or more are shared with a helper thread: each
+/// key's vector is fetched under usearch's lock, its cache misses waited for
+/// one key after another (the second look's 257 took 0.70 ms on one core in
+/// the server, 0.47 shared). A first look's 48 to 64 stay on one core: a
+/// known face leaves the other core to other requests.
+const RERANK_SHARED_FROM: usize = 128;
+
+/// Keys a thread claims at a time in a shared re-rank.
+const RERANK_PIECE: usize = 32;
+
+impl VectorIndex {
+    /// The vector stored under `key` (as stored: f16 widened, or a split
+    /// one restored to unit length).
+    pub fn vector(&self, key: u64) -> Option<Vec<f32>> {
+        let mut out = vec![0.0f32; self.dim];
+        let mut coarse = vec![0i8; self.dim];
+        self.read().full(key, &mut out, &mut coarse).then_some(out)
+    }
+
+    /// About `count` entries nearest to `query`, nearest first, each with
+    /// its full distance.
+    pub fn nearest(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
+        self.search(query, count, 0, None)
+    }
+
+    /// `nearest`, the graph walked at least `breadth` hits wide. Only the
+    /// walk's first `count` (and RERANK_MORE) are re-ranked: a wider look
+    /// costs the walk, not a re-rank of all it saw.
+    pub fn nearest_wide(&self, query: &[f32], count: usize, breadth: usize) -> Result<Vec<Hit>> {
+        self.search(query, count, breadth, None)
+    }
+
+    /// The `count` entries nearest to `query` by a scan of them all.
+    pub fn nearest_exact(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
+        self.search(query, count, 0, Some(true))
+    }
+
+    /// The second look at a large gallery: for split vectors, the
+    /// `SIGN_CANDIDATES` nearest by a scan of every vector's sign bits
+    /// (`signs.rs`) and the nearest strays, re-ranked by the full distance;
+    /// f16 vectors have no signs and are walked `WIDER_SEARCH` wide.
+    pub fn nearest_by_signs(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
+        self.check(query)?;
+        let index = self.read();
+        let Some(fine) = &index.fine else {
+            drop(index);
+            return self.nearest_wide(query, count, WIDER_SEARCH);
+        };
+        let (mut coarse, mut bytes) = split::buffers(self.dim);
+        split::split(query, &mut coarse, &mut bytes);
+        let mut keys = fine
+            .nearest_by_signs(&coarse, SIGN_CANDIDATES.max(count))
+            .map_err(|e| failed("search", e))?;
+        let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
+        keys.extend(strays.nearest(&coarse, count)?);
+        keys.sort_unstable();
+        keys.dedup();
+        self.rerank(&index, &keys, query)
+    }
+
+    fn search(
+        &self,
+        query: &[f32],
+        count: usize,
+        breadth: usize,
+        exact: Option<bool>,
+    ) -> Result<Vec<Hit>> {
+        self.check(query)?;
+        let index = self.read();
+        if index.size() == 0 || count == 0 {
+            return Ok(Vec::new());
+        }
+        let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
+        let (mut coarse, mut fine) = split::buffers(self.dim);
+        let found = match (&index.fine, exact) {
+            // The i8 ranking may order near ties wrongly: the re-rank below
+            // sees RERANK_MORE more of them.
+            (Some(_), true) => {
+                split::split(query, &mut coarse, &mut fine);
+                index.exact_search(&coarse, count + RERANK_MORE)
+            }
+            (Some(_), false) => {
+                split::split(query, &mut coarse, &mut fine);
+                index.search(&coarse, count.max(breadth))
+            }
+            (None, true) => index.exact_search(query, count),
+            (None, false) => index.search(query, count.max(breadth)),
+        }
+        .map_err(|e| failed("search", e))?;
+        let mut keys = found.keys;
+        if !exact {
+            // The `count` strays nearest by the stored form join the walk's
+            // (re-ranking more of them cost 0.1 ms at a million and found
+            // no one else: an i8 distance is within about 1e-3).
+            keys.truncate(count + RERANK_MORE);
+            let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
+            keys.extend(strays_near(&index, &strays, query, &coarse, count)?);
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        self.rerank(&index, &keys, query)
+    }
+
+    /// `keys` by their full distance to `query`, nearest first (ties by
+    /// key); many keys on two cores (`RERANK_SHARED_FROM`).
+    pub(in crate::gallery::index) fn rerank(
+        &self,
+        index: &Graph,
+        keys: &[u64],
+        query: &[f32],
+    ) -> Result<Vec<Hit>> {
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let (mut stored, mut coarse) = (vec![0.0f32; self.dim], vec![0i8; self.dim]);
+            let mut hits = Vec::new();
+            loop {
+                let first = next.fetch_add(RERANK_PIECE, Ordering::Relaxed);
+                if first >= keys.len() {
+                    return hits;
+                }
+                for &key in &keys[first..(first + RERANK_PIECE).min(keys.len())] {
+                    if index.full(key, &mut stored, &mut coarse) {
+                        let distance = self.metric.distance(&stored, query);
+                        hits.push(Hit { key, distance });
+                    }
+                }
+            }
+        };
+        let helpers = usize::from(keys.len() >= RERANK_SHARED_FROM);
+        let mut hits = Vec::with_capacity(keys.len());
+        for part in with_helpers(helpers, &work) {
+            hits.extend(part.map_err(|e| failed("search", e))?);
+        }
+        hits.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+        Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_vectors::{graph_of, near, random_unit, unit};
+    use super::*;
+    use crate::metric::Metric;
+
+    #[test]
+    fn finds_each_vector_at_its_full_distance() {
+        for exact_up_to in [usize::MAX, 0] {
+            found_exactly_or_through_the_graph(exact_up_to);
+        }
+    }
+
+    fn found_exactly_or_through_the_graph(exact_up_to: usize) {
+        let index = VectorIndex::new(Metric::Cosine, 64)
+            .unwrap()
+            .with_exact_up_to(exact_up_to);
+        for k in 0..3000u64 {
+            assert!(index.insert(k, &unit(k, 64)).unwrap());
+        }
+        assert!(
+            !index.insert(7, &unit(7, 64)).unwrap(),
+            "a key goes in once"
+        );
+        assert_eq!(index.len(), 3000);
+        for k in [0u64, 1234, 2999] {
+            let hits = index.nearest(&unit(k, 64), 4).unwrap();
+            assert_eq!(hits[0].key, k);
+            assert!(hits[0].distance < 1e-3, "{hits:?}");
+            let full = Metric::Cosine.distance(&unit(k, 64), &unit(hits[1].key, 64));
+            assert!((hits[1].distance - full).abs() < 2e-3, "{hits:?} {full}");
+            assert!(hits.windows(2).all(|w| w[0].distance <= w[1].distance));
+        }
+        index.remove(1234).unwrap();
+        assert_ne!(index.nearest(&unit(1234, 64), 4).unwrap()[0].key, 1234);
+        assert_eq!(index.vector(1234), None);
+        assert_eq!(index.len(), 2999);
+    }
+
+    #[test]
+    fn the_sign_scan_finds_a_match_among_uniform_strangers() {
+        // Uniform random people: a walk has nothing to follow (at a million
+        // it named 0.64 of such matches); a scan of every sign cannot miss.
+        let dim = 512;
+        let crowd: Vec<(u64, Vec<f32>)> = (1..3000u64).map(|k| (k, random_unit(k, dim))).collect();
+        let index = graph_of(dim, &[], &crowd);
+        for k in [7u64, 1500, 2999] {
+            let query = near(&crowd[k as usize - 1].1, 10_000 + k);
+            let hits = index.nearest_by_signs(&query, 4).unwrap();
+            assert_eq!(hits[0].key, k, "{hits:?}");
+            // Re-ranked piece by piece, shared with a helper if one starts
+            // in time: every candidate once, in order (ties by key).
+            let mut keys: Vec<u64> = hits.iter().map(|h| h.key).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            assert!(keys.len() == hits.len() && hits.len() >= SIGN_CANDIDATES);
+            let order = |h: &Hit| (h.distance, h.key);
+            assert!(hits.windows(2).all(|w| order(&w[0]) <= order(&w[1])));
+            let exact = index.nearest_exact(&query, 1).unwrap();
+            assert_eq!(
+                hits[0].distance, exact[0].distance,
+                "re-ranked by the full distance"
+            );
+        }
+        index.remove(1500).unwrap();
+        let query = near(&crowd[1499].1, 11_500);
+        assert_ne!(
+            index.nearest_by_signs(&query, 1).unwrap()[0].key,
+            1500,
+            "removed"
+        );
+        // Saved and loaded: the signs are made again from the stored bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index");
+        index.save(&path).unwrap();
+        let back = VectorIndex::load(&path, Metric::Cosine, dim).unwrap();
+        let query = near(&crowd[6].1, 10_007);
+        assert_eq!(back.nearest_by_signs(&query, 1).unwrap()[0].key, 7);
+    }
+
+    #[test]
+    fn euclidean_distances_are_plain() {
+        let index = VectorIndex::new(Metric::Euclidean, 2).unwrap();
+        index.insert(1, &[0.0, 0.0]).unwrap();
+        index.insert(2, &[3.0, 4.0]).unwrap();
+        let hits = index.nearest(&[3.0, 0.0], 2).unwrap();
+        assert_eq!(hits.len(), 2);
+        assert_eq!(hits[0].key, 1);
+        assert!((hits[0].distance - 3.0).abs() < 1e-3);
+        assert!((hits[1].distance - 4.0).abs() < 1e-3);
+        assert!(
+            index.nearest(&[1.0], 1).is_err(),
+            "a wrong length is refused"
+        );
+    }
+}
