@@ -185,3 +185,22 @@ def test_bad_cadence_is_refused_alone(http, frames, name, value):
 def test_cadence_is_for_sequence_models(http, frames):
     expect_invalid(lambda: infer(http, pixel_tensors(frames[0]), MODEL,
                                  parameters={"detect_every": 3}), "detect_every", "sequence")
+
+
+def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
+    """Frames 50-58 (obama at the left, biden at the right, both still), detecting every 4th: the
+    detection at 54 is made to miss both faces (`min_face_size` above the frame's side). Their
+    trackers still hold them, so both tracks go on (`track_shadow_rounds`, 2 as shipped): the
+    faces are answered as tracked, with their tracks and names, and 58's detection finds them in
+    the same tracks."""
+    docs = [step(http, 105, frames[f], start=f == 50, end=f == 58,
+                 **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {}),
+                 **({"min_face_size": 65536} if f == 54 else {}))
+            for f in range(50, 59)]
+    seen = [sorted((d["name"], d["track"], d["source"]) for d in doc["faces"]) for doc in docs]
+    first = sorted((name, track) for name, track, _ in seen[0])
+    assert [name for name, _ in first] == ["biden", "obama"], seen[0]
+    for i, faces in enumerate(seen):
+        assert sorted((n, t) for n, t, _ in faces) == first, f"frame {50 + i}: {faces}"
+        want = "detected" if i in (0, 8) else "tracked"
+        assert all(s == want for _, _, s in faces), f"frame {50 + i}: {faces}"

@@ -179,6 +179,7 @@ impl Settings {
                 idle_timeout: Duration::from_micros(DEFAULT_IDLE_US),
                 retire_after: 0,
                 max_tracks: 0,
+                shadow_rounds: 0,
             },
             cadence: Cadence::EVERY_FRAME,
             model_dir,

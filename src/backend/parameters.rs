@@ -479,6 +479,17 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| positive(v).map(|n| d.limits.max_tracks = n),
     },
     Parameter {
+        name: "track_shadow_rounds",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("2"),
+        meaning: "sequence models with `detect_every` above 1: detection rounds in a row the \
+                  detector may miss a face its tracker still holds (sure, inside the frame) \
+                  before the track ends; meanwhile the face is answered from the tracker \
+                  (`source` `tracked`) with its track's name; `0`: a missed face ends its track",
+        section: Section::General,
+        apply: |d, v| unsigned(v).map(|n| d.limits.shadow_rounds = n),
+    },
+    Parameter {
         name: "detect_every",
         kind: Kind::PositiveInteger,
         default: Default::Value("1"),

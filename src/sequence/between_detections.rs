@@ -2,7 +2,8 @@
 //! `detect_every`-th frame and, on the frames between, carries each track's
 //! box forward with a visual tracker (engine::tracker). A detection frame
 //! re-anchors the tracks by overlap, starts new ones and ends those whose face
-//! is gone. A face is embedded and matched only when that tells something new
+//! is gone; a face the detector misses while its tracker still holds it is
+//! answered from the tracker for up to `shadow_rounds` detections. A face is embedded and matched only when that tells something new
 //! (its track is new or unsettled, its box changed size, it touches another
 //! face, or `reidentify_every` frames passed); otherwise it carries its
 //! track's name and last distance. Names come from the track's votes, so they
@@ -103,7 +104,11 @@ pub struct Pending {
     /// tracks their trackers still hold, with their boxes.
     carried: Vec<(usize, BoxPx, f32)>,
     held: Vec<(usize, BoxPx)>,
+    /// Detection frames: tracks the detector missed that their trackers
+    /// still hold, with their boxes (their landmarks are asked next).
+    shadows: Vec<(usize, BoxPx)>,
     faces: Vec<Face>,
+    sources: Vec<Source>,
     track_of: Vec<Option<usize>>,
     due: Vec<bool>,
 }
@@ -112,6 +117,12 @@ impl Pending {
     /// The frame's faces, once found.
     pub(super) fn faces(&self) -> &[Face] {
         &self.faces
+    }
+
+    /// The boxes of the tracks the detector missed and their trackers still
+    /// hold: the engine's landmarks at them are asked before the embeddings.
+    pub(super) fn shadow_boxes(&self) -> Vec<BoxPx> {
+        self.shadows.iter().map(|&(_, b)| b).collect()
     }
 }
 
@@ -166,7 +177,9 @@ impl SequenceState {
             stages: Stages::default(),
             carried,
             held: Vec::new(),
+            shadows: Vec::new(),
             faces: Vec::new(),
+            sources: Vec::new(),
             track_of: Vec::new(),
             due: Vec::new(),
         };
@@ -177,7 +190,7 @@ impl SequenceState {
                 ..work.wanted
             }),
             false => {
-                pending.held = self.held(frame, std::mem::take(&mut pending.carried));
+                pending.held = self.held(std::mem::take(&mut pending.carried));
                 Ask::Landmarks(pending.held.iter().map(|&(_, b)| b).collect())
             }
         };
@@ -193,10 +206,19 @@ impl SequenceState {
         work: &Work<'_>,
     ) -> Vec<usize> {
         let n = self.frames;
-        pending.track_of = match pending.detect {
-            true => self.detected(&faces, std::mem::take(&mut pending.carried)),
-            false => pending.held.iter().map(|&(t, _)| Some(t)).collect(),
+        let carried = std::mem::take(&mut pending.carried);
+        (pending.track_of, pending.shadows) = match pending.detect {
+            true => self.detected(&faces, carried, &work.limits),
+            false => (
+                pending.held.iter().map(|&(t, _)| Some(t)).collect(),
+                Vec::new(),
+            ),
         };
+        let source = match pending.detect {
+            true => Source::Detected,
+            false => Source::Tracked,
+        };
+        pending.sources = vec![source; faces.len()];
         // Detection frames: the detector and the trackers' re-anchoring;
         // others: the trackers and the landmarks at their boxes.
         match pending.detect {
@@ -219,6 +241,18 @@ impl SequenceState {
             .filter(|(_, d)| **d)
             .map(|(i, _)| i)
             .collect()
+    }
+
+    /// The faces of the tracks the detector missed (the engine's landmarks
+    /// at their trackers' boxes, in `shadow_boxes` order): answered as
+    /// tracked, with their tracks' names, not embedded.
+    pub(super) fn shadowed(&mut self, pending: &mut Pending, faces: Vec<Face>) {
+        for ((t, _), face) in pending.shadows.drain(..).zip(faces) {
+            pending.faces.push(face);
+            pending.sources.push(Source::Tracked);
+            pending.track_of.push(Some(t));
+            pending.due.push(false);
+        }
     }
 
     /// The frame with the embeddings of its chosen faces: matched, answered
@@ -251,14 +285,11 @@ impl SequenceState {
             .collect::<Result<Vec<_>>>()?;
         // Tracks continued by a face of this frame: no other face rejoins them.
         let claimed: Vec<usize> = pending.track_of.iter().flatten().copied().collect();
-        let source = match pending.detect {
-            true => Source::Detected,
-            false => Source::Tracked,
-        };
         let image = pending.image.as_ref();
         let mut answered = Vec::with_capacity(pending.faces.len());
-        let faces = std::mem::take(&mut pending.faces);
-        for (found, continued) in faces.into_iter().zip(matches).zip(pending.track_of) {
+        let faces = std::mem::take(&mut pending.faces).into_iter().zip(matches);
+        let of = pending.track_of.into_iter().zip(pending.sources);
+        for (found, (continued, source)) in faces.zip(of) {
             answered.push(self.answer(image, found, continued, &claimed, source, work));
         }
         self.keep(
@@ -296,12 +327,15 @@ impl SequenceState {
     }
 
     /// A detection frame's faces, each with the track whose carried box it
-    /// overlaps most; tracks no face overlaps end.
+    /// overlaps most. A track no face overlaps is shadowed (second, with its
+    /// box) while its tracker holds its face and it missed fewer than
+    /// `shadow_rounds` detections in a row; the others end.
     fn detected(
         &mut self,
         faces: &[Face],
         carried: Vec<(usize, BoxPx, f32)>,
-    ) -> Vec<Option<usize>> {
+        limits: &Limits,
+    ) -> (Vec<Option<usize>>, Vec<(usize, BoxPx)>) {
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (f, face) in faces.iter().enumerate() {
             for &(t, bbox, _) in &carried {
@@ -319,24 +353,39 @@ impl SequenceState {
                 (track_of[f], kept[t]) = (Some(t), true);
             }
         }
-        for (t, ..) in carried {
-            if !kept[t] {
-                self.tracks[t].follow = None;
+        let mut shadows = Vec::new();
+        for (t, bbox, confidence) in carried {
+            let holds = self.holds(&bbox, confidence);
+            let track = &mut self.tracks[t];
+            let tracked = track.follow.as_ref().is_some_and(|f| f.tracker.is_some());
+            if kept[t] {
+                track.missed = 0;
+            } else if tracked && holds && track.missed < limits.shadow_rounds {
+                track.missed += 1;
+                shadows.push((t, bbox));
+            } else {
+                track.follow = None;
             }
         }
-        track_of
+        (track_of, shadows)
+    }
+
+    /// Whether a tracker's box still holds its face: sure enough, its centre
+    /// in the frame.
+    fn holds(&self, b: &BoxPx, confidence: f32) -> bool {
+        let (w, h) = self.size.map_or((0.0, 0.0), |(w, h)| (w as f32, h as f32));
+        let (cx, cy) = ((b.left + b.right) / 2.0, (b.top + b.bottom) / 2.0);
+        let inside = (0.0..w).contains(&cx) && (0.0..h).contains(&cy);
+        confidence >= LOST_BELOW && inside && b.shorter_side() >= 1.0
     }
 
     /// A frame between detections: each track its tracker still holds (sure
     /// enough, its box's centre in the frame), to have the engine's
     /// landmarks at that box; the others let go.
-    fn held(&mut self, frame: &Frame, carried: Vec<(usize, BoxPx, f32)>) -> Vec<(usize, BoxPx)> {
-        let (w, h) = (frame.width as f32, frame.height as f32);
+    fn held(&mut self, carried: Vec<(usize, BoxPx, f32)>) -> Vec<(usize, BoxPx)> {
         let mut held = Vec::with_capacity(carried.len());
         for (t, b, confidence) in carried {
-            let (cx, cy) = ((b.left + b.right) / 2.0, (b.top + b.bottom) / 2.0);
-            let inside = (0.0..w).contains(&cx) && (0.0..h).contains(&cy);
-            if confidence >= LOST_BELOW && inside && b.shorter_side() >= 1.0 {
+            if self.holds(&b, confidence) {
                 held.push((t, b));
             } else {
                 self.tracks[t].follow = None;
@@ -472,6 +521,7 @@ mod tests {
             idle_timeout: Duration::from_secs(10),
             retire_after: 300,
             max_tracks: 1000,
+            shadow_rounds: 2,
         }
     }
 
@@ -564,6 +614,171 @@ mod tests {
             width,
             height,
             rgb: Vec::new(),
+        }
+    }
+
+    /// A grey 320x240 frame with a dark checked square (a "face") at `x`
+    /// (none: `None`); `missed`: the detector is made to miss it.
+    fn square_frame(x: Option<u32>, missed: bool) -> Frame {
+        let (w, h) = (320u32, 240u32);
+        let mut rgb = vec![200u8; (w * h * 3) as usize];
+        for y in 80..140 {
+            for dx in 0..60 {
+                let Some(x) = x else { break };
+                let v = if (dx / 10 + y / 10) % 2 == 0 { 20 } else { 90 };
+                let i = ((y * w + x + dx) * 3) as usize;
+                rgb[i..i + 3].fill(v);
+            }
+        }
+        rgb[0] = if missed { 1 } else { 200 };
+        Frame {
+            width: w,
+            height: h,
+            rgb,
+        }
+    }
+
+    /// Finds `square_frame`'s square, unless the frame says to miss it;
+    /// landmarks at any box; one embedding for every face.
+    struct Squares;
+
+    impl Engine for Squares {
+        fn name(&self) -> &str {
+            "squares"
+        }
+        fn metric(&self) -> Metric {
+            Metric::Euclidean
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+        fn embedding_len(&self) -> usize {
+            2
+        }
+        fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
+            let found = |f: &Frame| {
+                let row = &f.rgb[(100 * f.width as usize) * 3..(101 * f.width as usize) * 3];
+                let x = row
+                    .chunks(3)
+                    .position(|p| p[0] < 100)
+                    .filter(|_| f.rgb[0] != 1);
+                x.map(|x| square_at(x as f32)).into_iter().collect()
+            };
+            (frames.iter())
+                .map(|(f, _)| {
+                    Ok(Analysis {
+                        faces: found(f),
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        }
+        fn faces_at(&mut self, _: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
+            Ok(boxes.iter().map(|b| square_at(b.left)).collect())
+        }
+        fn embed(&mut self, _: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
+            Ok(faces.iter().map(|_| vec![1.0, 0.0]).collect())
+        }
+    }
+
+    fn square_at(left: f32) -> Face {
+        Face {
+            bbox: BoxPx {
+                left,
+                top: 80.0,
+                right: left + 60.0,
+                bottom: 140.0,
+            },
+            score: None,
+            landmarks: [[0.0; 2]; 5],
+            embedding: Vec::new(),
+            crop: None,
+        }
+    }
+
+    /// The detector misses a face its tracker holds: the track goes on, its
+    /// face answered as tracked with its name, for up to `shadow_rounds`
+    /// detections in a row; a face the tracker loses too ends its track.
+    #[test]
+    fn a_missed_detection_keeps_a_tracked_face() {
+        let matcher = |_: &[f32]| Ok(obama());
+        // Each frame's (square at, detector misses); detections on even frames.
+        let script: Vec<(Option<u32>, bool)> = vec![
+            (Some(100), false),
+            (Some(104), false),
+            (Some(108), true), // missed: shadowed
+            (Some(112), false),
+            (Some(116), false), // found again: the same track
+            (Some(120), false),
+            (Some(124), true),
+            (Some(128), false),
+            (Some(132), true),
+            (Some(136), false),
+            (Some(140), true), // a third miss in a row: the track ends
+            (Some(144), false),
+            (Some(148), false),
+            (Some(152), false),
+            (None, true), // gone, and the tracker loses it too
+        ];
+        for shadow_rounds in [0, 2] {
+            let limits = Limits {
+                shadow_rounds,
+                ..limits(1)
+            };
+            let work = work(&matcher, limits);
+            let mut state = SequenceState::new(Instant::now());
+            state.cadence = Cadence {
+                detect_every: 2,
+                reidentify_every: 10,
+            };
+            let frames: Vec<Frame> = script.iter().map(|&(x, m)| square_frame(x, m)).collect();
+            let stream = Stream {
+                state: &mut state,
+                frames: &frames,
+                work: &work,
+            };
+            let followed = follow_together(&mut Squares, &mut [stream]).pop().unwrap();
+            let seen: Vec<Option<(Source, u32)>> = (followed.ok().unwrap().iter())
+                .map(|f| f.faces.first().map(|face| (face.source, face.track)))
+                .collect();
+            let (d, t) = (Source::Detected, Source::Tracked);
+            let want: Vec<Option<(Source, u32)>> = match shadow_rounds {
+                2 => vec![
+                    Some((d, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    Some((d, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
+                    None,
+                    None,
+                    Some((d, 0)), // found again by its embedding
+                    Some((t, 0)),
+                    None,
+                ],
+                _ => vec![
+                    Some((d, 0)),
+                    Some((t, 0)),
+                    None,
+                    None,
+                    Some((d, 0)),
+                    Some((t, 0)),
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    Some((d, 0)),
+                    Some((t, 0)),
+                    None,
+                ],
+            };
+            assert_eq!(seen, want, "shadow_rounds {shadow_rounds}");
         }
     }
 

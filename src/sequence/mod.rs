@@ -109,6 +109,10 @@ pub struct Limits {
     /// Tracks a summary lists (live and retired, in track order); the rest
     /// are counted.
     pub max_tracks: usize,
+    /// Detection rounds in a row the detector may miss a face its tracker
+    /// still holds (sure enough, in the frame) before its track ends: the
+    /// face is answered from the tracker meanwhile (`source` "tracked").
+    pub shadow_rounds: u32,
 }
 
 /// What the sequence code needs to know about one face of a frame.
@@ -135,6 +139,9 @@ struct Track {
     frames: Vec<u64>,
     /// While its face is followed between detections: the tracker.
     follow: Option<Follow>,
+    /// Detection rounds in a row that missed its face while the tracker
+    /// held it (`Limits::shadow_rounds`).
+    missed: u32,
 }
 
 struct KeptFrame {
@@ -362,6 +369,7 @@ impl SequenceState {
             best_distance: None,
             frames: Vec::new(),
             follow: None,
+            missed: 0,
         });
         self.tracks.len() - 1
     }
@@ -546,6 +554,7 @@ mod tests {
         idle_timeout: Duration::from_secs(10),
         retire_after: 300,
         max_tracks: 1000,
+        shadow_rounds: 2,
     };
 
     fn bx() -> BoxPx {

@@ -88,6 +88,7 @@ fn round(
             Err(e) => done.push((i, Err(e))),
         }
     }
+    let chosen = shadows(engine, streams, chosen, r, &mut done);
     let asked: Vec<(&Frame, Vec<&Face>)> = (chosen.iter())
         .map(|(i, pending, picked)| {
             let faces = picked.iter().map(|&k| &pending.faces()[k]).collect();
@@ -103,6 +104,40 @@ fn round(
         done.push((i, embedded.and_then(|e| s.state.finish(pending, e, s.work))));
     }
     done
+}
+
+/// Each chosen detection frame whose detector missed faces its trackers
+/// still hold, with the engine's landmarks at those boxes (one call for all);
+/// a frame whose call failed goes to `done` with its error.
+fn shadows(
+    engine: &mut dyn Engine,
+    streams: &mut [Stream<'_>],
+    chosen: Vec<(usize, Pending, Vec<usize>)>,
+    r: usize,
+    done: &mut Vec<(usize, Result<FollowedFrame>)>,
+) -> Vec<(usize, Pending, Vec<usize>)> {
+    let locate: Vec<(&Frame, Vec<BoxPx>)> = (chosen.iter())
+        .map(|(i, pending, _)| (&streams[*i].frames[r], pending.shadow_boxes()))
+        .filter(|(_, boxes)| !boxes.is_empty())
+        .collect();
+    let mut located = shielded(locate.len(), || engine.faces_at_many(&locate)).into_iter();
+    drop(locate);
+    let mut kept = Vec::with_capacity(chosen.len());
+    for (i, mut pending, picked) in chosen {
+        if pending.shadow_boxes().is_empty() {
+            kept.push((i, pending, picked));
+            continue;
+        }
+        let missing = || Err(Error::internal("one result per frame"));
+        match located.next().unwrap_or_else(missing) {
+            Ok(faces) => {
+                streams[i].state.shadowed(&mut pending, faces);
+                kept.push((i, pending, picked));
+            }
+            Err(e) => done.push((i, Err(e))),
+        }
+    }
+    kept
 }
 
 /// The engine's faces for each begun frame: the detections together, the
