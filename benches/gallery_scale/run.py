@@ -144,13 +144,33 @@ class Server:
         out = self.client.infer(model, inputs).as_numpy("RESULT")
         return json.loads(out.reshape(-1)[0])
 
-    def stop(self) -> None:
+    def stop(self) -> float:
+        """SIGTERM (Triton unloads the models); the seconds until the process exited. The
+        client's connection is closed first: Triton waits for open connections before unloading,
+        up to its exit timeout."""
+        self.client.close()
+        started = time.monotonic()
         self.proc.terminate()
         try:
             self.proc.wait(120)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def kill_while_saving(self, gallery: Path) -> None:
+        """SIGTERM, then SIGKILL as soon as the unload's save shows as a temporary file."""
+        self.client.close()
+        self.proc.terminate()
+        while not list(gallery.glob("gallery.index.*.tmp")):
+            if self.proc.poll() is not None:
+                sys.exit(f"the server exited before its save was seen:\n{self.log.read_text()[-4000:]}")
+            time.sleep(0.001)
+        self.kill()
 
 
 def fill(gallery: Path, data: Path, people: int) -> None:
@@ -190,10 +210,77 @@ def prepare_big(work: Path, repo: Path, backends: Path, data: Path, people: int,
     print("[scale] the first load builds the index (about 20 minutes at 1,000,000)", flush=True)
     server = Server(repo, backends, logs / "make-2.log", 7200)
     built = server.ready_s
-    server.stop()
+    # A crash right after the build: the next load (the restart table's first) uses the save the
+    # build wrote at load.
+    server.kill()
     assert (gallery / "gallery.index").exists(), "the index was not saved at load"
     stamp.write_text(want)
     return built
+
+
+def drop_from_page_cache(folder: Path) -> None:
+    """The folder's files out of the page cache (written back first), as after a reboot."""
+    os.sync()
+    for f in folder.iterdir():
+        if f.is_file():
+            with f.open("rb") as fh:
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def restarts(folder: Path, backends: Path, logs: Path, photo: Path, built: bool) -> list[dict]:
+    """The big model alone, loaded after each kind of shutdown in turn (issue 61): what came
+    before, that shutdown's unload seconds, then the time to ready, RSS and the load's own line.
+    Probes enrolled on the way must all be there at the end (each FORGET removes one)."""
+    gallery = folder / BIG / "gallery"
+    probes: list[str] = []
+
+    def enroll(server: Server) -> None:
+        probes.append(f"restart probe {len(probes) + 1}")
+        assert server.infer(BIG, photo, enroll=probes[-1])["enrolled"]["added"]
+
+    def stop_cold(server: Server) -> float:
+        took = server.stop()
+        drop_from_page_cache(gallery)
+        return took
+
+    steps = [
+        ("the build's first load, then kill -9 right after it" if built else
+         "the previous run's last stop (this run did not build)", None),
+        ("a clean shutdown, nothing changed", lambda s: s.stop()),
+        ("an ENROLL, then a clean shutdown", lambda s: (enroll(s), s.stop())[1]),
+        ("an ENROLL, then kill -9", lambda s: (enroll(s), s.kill())[1]),
+        ("an ENROLL, then kill -9 during the unload's save",
+         lambda s: (enroll(s), s.kill_while_saving(gallery))[1]),
+        ("a clean shutdown, the gallery's files then dropped from the page cache", stop_cold),
+    ]
+    rows, server = [], None
+    for i, (before, shut) in enumerate(steps):
+        unload = shut(server) if shut else None
+        if unload is not None:
+            said = [x.split("] ", 1)[-1] for x in server.log.read_text().splitlines()
+                    if "gallery: index" in x]
+            unload = f"{unload:.1f} s, {said[-1] if said else 'no word of the index'}"
+        server = Server(folder, backends, logs / f"restart-{i}.log", 600)
+        [line] = [x.split("] ", 1)[-1] for x in server.log.read_text().splitlines()
+                  if "gallery index" in x][-1:]
+        assert not list(gallery.glob("*.tmp")), f"temporary files left: {list(gallery.glob('*.tmp'))}"
+        faces = server.infer(BIG, photo)["faces"]
+        assert not probes or faces[0].get("name") in probes, faces
+        rows.append({"before": before, "unload": unload, "ready": server.ready_s,
+                     "rss": server.rss_mib(), "line": line})
+    removed = [server.infer(BIG, None, forget=p)["forgotten"]["removed"] for p in probes]
+    assert removed == [1] * len(probes), f"acknowledged probes lost: {dict(zip(probes, removed))}"
+    server.stop()
+    return rows
+
+
+def restart_lines(rows: list[dict]) -> list[str]:
+    lines = ["restarts (issue 61): the big model alone, loaded after each kind of shutdown in turn"]
+    for r in rows:
+        unload = "" if r["unload"] is None else f" (that unload: {r['unload']})"
+        lines.append(f"  {r['before']}{unload}: ready in {r['ready']:.1f} s, RSS {r['rss']:.0f} MiB")
+        lines.append(f"    log: {r['line']}")
+    return lines
 
 
 def folder_photos(gallery: Path, photos: Path, count: int) -> None:
@@ -294,6 +381,7 @@ def main() -> None:
             (folder / model).symlink_to(repo / model)
 
     built = prepare_big(work, repo, backends, args.data, args.people, photos, logs)
+    restarted = restarts(alone[BIG], backends, logs, photos / "biden.jpg", built is not None)
     ready, rss = {}, {}
     for model in (EMPTY, BIG):
         server = Server(alone[model], backends, logs / f"{model}-alone.log", 600)
@@ -344,6 +432,7 @@ def main() -> None:
              f"server RSS, each model alone: empty {rss[EMPTY]:.0f} MiB, {args.people + 1:,} "
              f"people {rss[BIG]:.0f} MiB: the gallery adds {rss[BIG] - rss[EMPTY]:.0f} MiB",
              *(f"  log: {x.split('] ', 1)[-1]}" for x in loaded),
+             *restart_lines(restarted),
              f"perf_analyzer, gRPC, concurrency 1, ENCODED, {args.rounds} serpentine rounds x 3 "
              f"windows x {args.window_ms // args.rounds} ms; median of the rounds' p50 / p99 (ms):"]
     for photo in ("obama_640x480.jpg", "biden.jpg"):

@@ -175,7 +175,7 @@ fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     let t = &index.took;
     let secs = |d: std::time::Duration| format!("{:.1} s", d.as_secs_f64());
     log::info(&format!(
-        "model '{name}': gallery index {} in {} (read {}, checked {}, tables {}, strays {} {}): \
+        "model '{name}': gallery index {} in {} (read {}, checked {}, added and named {}, strays {} {}): \
          {} vectors read from the store, {} stale removed, {} gallery images added again{}",
         match (index.from_file, index.fetched) {
             (true, true) => "loaded from the copy another server published to the store",
