@@ -12,12 +12,15 @@ this one (scripts/setup.sh); the same photos give the same frames.
 
 `--scene crossing` makes another (4 s): obama and biden cross, one above the other, so close that
 their heads overlap (their faces do not); the tests follow both through it.
+`--scene camera` makes a third (9 s), what a camera in a hall sees: obama walks towards it,
+swaying, his face growing from 80 to 400 px; then biden and obama side by side; then no one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import av
@@ -90,7 +93,22 @@ def background() -> Image.Image:
     return Image.fromarray(pixels)
 
 
-SCENES = {"sample": (scene, FRAMES), "crossing": (crossing, 40)}
+def camera(frame: int) -> list[tuple]:
+    """What a camera in a hall sees (9 s): obama walks towards it across the view, his face
+    growing from 80 px to 400 px (frames 0-39); biden and obama side by side, faces of 100 px,
+    drifting right (40-69); no one (70-89). Heads sway as people walk (up to 14 degrees)."""
+    sway = 14 * math.sin(frame * 0.6)
+    if frame < 40:
+        return [("obama2.jpg", along(frame, 0, 39, WIDTH * 0.2, WIDTH * 0.6), HEIGHT / 2,
+                 along(frame, 0, 39, 80 / 120, 400 / 120), sway)]
+    if frame < 70:
+        dx = along(frame, 40, 69, 0, 40)
+        return [("biden.jpg", WIDTH * 0.3 + dx, HEIGHT / 2, 100 / 120, sway),
+                ("obama3.jpg", WIDTH * 0.7 + dx, HEIGHT / 2, 100 / 120, -sway)]
+    return []
+
+
+SCENES = {"sample": (scene, FRAMES), "crossing": (crossing, 40), "camera": (camera, 90)}
 
 
 def render(photos: Path, frame: int, cache: dict, base: Image.Image,
@@ -99,11 +117,13 @@ def render(photos: Path, frame: int, cache: dict, base: Image.Image,
     head drawn after it), {name, box}."""
     canvas = base.copy()
     truth, drawn = [], []  # drawn: the box of each face in truth
-    for photo, cx, cy, scale in heads:
+    for photo, cx, cy, scale, *turn in heads:
         side = round(SPRITE * scale)
-        key = (photo, side)
+        angle = round(turn[0]) if turn else 0  # a head tilted (degrees), as people walk
+        key = (photo, side, angle)
         if key not in cache:
-            cache[key] = sprite(photos, photo, side)
+            cache[key] = sprite(photos, photo, side).rotate(angle, Image.BICUBIC,
+                                                            fillcolor=(100, 105, 115))
         x0, y0 = round(cx - side / 2), round(cy - side / 2)
         canvas.paste(cache[key], (x0, y0))
         square = (x0, y0, x0 + side, y0 + side)

@@ -2,7 +2,8 @@
 frames of the sample video and of a second video made the same way (two faces crossing): every-
 frame cadence answers as the `face` model does, a face that appears between detections is found at
 the next one, one that leaves ends its track within `detect_every` frames, crossing faces keep
-their names, bad values are refused for their request alone.
+their names, a face the detector misses keeps its track, a camera's swaying, growing faces are
+named, bad values are refused for their request alone.
 """
 
 from __future__ import annotations
@@ -132,22 +133,38 @@ def visible(frame: int, photo: str) -> bool:
 
 @pytest.mark.parametrize("cadence", [(), ("--detect-every", "3")], ids=["shipped", "tracked"])
 def test_crossing_faces_keep_their_names(server, suite_env, tmp_path, cadence):
-    video = tmp_path / "crossing.mp4"
-    truth = sample_video.write(suite_env.photos, video, "crossing")
+    scored = scene_through_video_client(server, suite_env, tmp_path, "crossing", cadence)
+    assert scored.person_frames == 80, scored.row()
+
+
+def test_a_camera_in_a_hall(server, suite_env, tmp_path):
+    """sample_video.py's camera scene, as shipped: a face that walks towards the camera swaying
+    (80 to 400 px, tilted up to 14 degrees), two side by side, no one. dlib's tracker loses such
+    faces between detections; each loss sends that frame to the detector at once (it named 0.80
+    of the person-frames when a lost face waited for the next detection round)."""
+    scored = scene_through_video_client(server, suite_env, tmp_path, "camera", ())
+    assert scored.person_frames == 100, scored.row()
+
+
+def scene_through_video_client(server, suite_env, tmp_path, scene: str, cadence):
+    """One sample_video.py scene through scripts/video.py: every person named, none wrongly, no
+    identity switch; its score."""
+    video = tmp_path / f"{scene}.mp4"
+    truth = sample_video.write(suite_env.photos, video, scene)
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "video.py"), str(video), "--url",
          f"127.0.0.1:{server.http_port}", "--model", SEQUENCE_MODEL, "--out", str(tmp_path / "out"),
          "--quiet", "--no-video", *cadence], cwd=REPO_ROOT, capture_output=True, text=True,
         timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads((tmp_path / "out" / "crossing.json").read_text())
+    report = json.loads((tmp_path / "out" / f"{scene}.json").read_text())
     assert_one_face_per_track(report["frames"])
     scored = video_score.score(report["frames"], truth)
-    assert scored.person_frames == 80, scored.row()
     assert scored.named_share >= 0.95 and scored.false_names == 0, scored.row()
     assert scored.id_switches == 0, scored.row()
     if cadence:
         assert any(f["source"] == "tracked" for r in report["frames"] for f in r["faces"])
+    return scored
 
 
 def test_cadence_asked_mid_sequence(http, frames, sample_video):

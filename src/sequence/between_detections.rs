@@ -164,12 +164,17 @@ impl SequenceState {
         let untracked = image.is_some()
             && (self.tracks.iter()).any(|t| t.follow.as_ref().is_some_and(|f| f.tracker.is_none()));
         let carried = self.carry(image.as_ref());
+        let resized = self.size != size;
+        self.size = size;
+        // A face its tracker lost (turned, grew, blurred) is looked for by
+        // the detector at once, not left unanswered until the next round.
+        let lost = !resized && carried.iter().any(|(_, b, c)| !self.holds(b, *c));
         let detect = self
             .frames
             .is_multiple_of(u64::from(self.cadence.detect_every))
-            || self.size != size
-            || untracked;
-        self.size = size;
+            || resized
+            || untracked
+            || lost;
         let mut pending = Pending {
             image,
             detect,
@@ -780,6 +785,45 @@ mod tests {
             };
             assert_eq!(seen, want, "shadow_rounds {shadow_rounds}");
         }
+    }
+
+    /// A face the tracker loses between detections (it jumped: turned,
+    /// grew, blurred in a real video) sends that frame to the detector at
+    /// once, instead of going unanswered until the next detection round.
+    #[test]
+    fn a_face_the_tracker_loses_is_detected_at_once() {
+        let matcher = |_: &[f32]| Ok(obama());
+        let work = work(&matcher, limits(1));
+        let mut state = SequenceState::new(Instant::now());
+        state.cadence = Cadence {
+            detect_every: 10,
+            reidentify_every: 10,
+        };
+        let xs = [100, 104, 108, 220, 224, 228];
+        let frames: Vec<Frame> = xs.iter().map(|&x| square_frame(Some(x), false)).collect();
+        let stream = Stream {
+            state: &mut state,
+            frames: &frames,
+            work: &work,
+        };
+        let followed = follow_together(&mut Squares, &mut [stream]).pop().unwrap();
+        let seen: Vec<Vec<(Source, u32, i32)>> = (followed.ok().unwrap().iter())
+            .map(|f| {
+                (f.faces.iter())
+                    .map(|face| (face.source, face.track, face.face.bbox.left.round() as i32))
+                    .collect()
+            })
+            .collect();
+        let (d, t) = (Source::Detected, Source::Tracked);
+        assert_eq!(seen[0], [(d, 0, 100)]);
+        assert_eq!(seen[2].len(), 1);
+        assert_eq!(seen[2][0].0, t);
+        // The jump: detected where it is, its track found again by its embedding.
+        assert_eq!(seen[3], [(d, 0, 220)], "{seen:?}");
+        assert!(
+            seen[4..].iter().all(|f| f.len() == 1 && f[0].0 == t),
+            "{seen:?}"
+        );
     }
 
     #[test]
