@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use crate::backend::access::{Admitting, Defaults};
 use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::enroll_batch;
 use crate::backend::instance::InstanceState;
@@ -33,10 +34,18 @@ pub struct Batch {
 pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Request]) -> Batch {
     let settings = &model.settings;
     let dim = model.gallery.dim();
+    let admitting = Admitting {
+        sequence: settings.sequence.as_ref(),
+        sequences: model.sequences.as_ref(),
+        defaults: Defaults {
+            threshold: model.gallery.threshold(),
+            return_embeddings: settings.return_embeddings,
+        },
+    };
     let mut jobs: Vec<Result<Job>> = requests
         .iter()
         .map(|r| {
-            let by = model.access.admit(r, model)?;
+            let by = model.access.admit(r, &admitting)?;
             read_job(r, settings, dim).map(|job| Job { by, ..job })
         })
         .collect();

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use crate::backend::access::MAX_RATE;
+use crate::backend::access::rate::MAX_RATE;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::Runtime;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::backend::access::KeyRate;
+use crate::backend::access::rate::KeyRate;
 use crate::engine::dlib::DlibSettings;
 use crate::engine::onnx::OnnxSettings;
 use crate::gallery::store::{PgSettings, StoreKind};

@@ -9,23 +9,24 @@
 
 mod keys;
 mod needs;
-mod rate;
+pub mod rate;
 mod shared;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 use crate::backend::controls::read_step;
-use crate::backend::model::ModelState;
-use crate::backend::settings::Settings;
+use crate::backend::settings::{SequenceConfig, Settings};
 use crate::error::{Error, Result};
+use crate::sequence::Sequences;
 use crate::triton::metrics::Counter;
 use crate::triton::request::ParameterValue;
 use crate::triton::{log, Request};
 
 use keys::{GalleryKeys, Key, Roles};
-use needs::{Defaults, Need};
-pub use rate::{KeyRate, MAX_RATE};
+pub use needs::Defaults;
+use needs::Need;
 
 /// The request parameter that carries the key.
 pub const GALLERY_KEY: &str = "gallery_key";
@@ -112,22 +113,18 @@ impl Access {
 
     /// Whether `request` may run, before anything of it is decoded: its
     /// key's label (for the record of changes), `None` on an open model.
-    pub fn admit(&self, request: &Request, model: &ModelState) -> Result<Option<String>> {
+    pub fn admit(&self, request: &Request, model: &Admitting<'_>) -> Result<Option<String>> {
         let Some(g) = &self.guarded else {
             return Ok(None);
         };
-        let step = match &model.settings.sequence {
+        let step = match model.sequence {
             Some(config) => Some(read_step(request, config)?),
             None => None,
         };
         if step.as_ref().is_some_and(|s| !s.ready) {
             return Ok(None); // an idle slot of the sequence batcher
         }
-        let defaults = Defaults {
-            threshold: model.gallery.threshold(),
-            return_embeddings: model.settings.return_embeddings,
-        };
-        let needs = needs::needs(request, &defaults)?;
+        let needs = needs::needs(request, &model.defaults)?;
         let key = match presented(request)? {
             Some(p) => g.keys.find(&p).ok_or(Reason::WrongKey),
             None => Err(Reason::NoKey),
@@ -228,9 +225,18 @@ fn presented(request: &Request) -> Result<Option<String>> {
     })
 }
 
+/// What admission reads of its model: the sequence settings and live
+/// sequences (whose START's key owns each), and the defaults a request's
+/// needs are judged by.
+pub struct Admitting<'a> {
+    pub sequence: Option<&'a SequenceConfig>,
+    pub sequences: Option<&'a Mutex<Sequences>>,
+    pub defaults: Defaults,
+}
+
 /// The label of the key a live sequence's START brought.
-fn owner_of(model: &ModelState, id: &crate::sequence::CorrelationId) -> Option<String> {
-    let sequences = model.sequences.as_ref()?;
+fn owner_of(model: &Admitting<'_>, id: &crate::sequence::CorrelationId) -> Option<String> {
+    let sequences = model.sequences?;
     let sequences = sequences.lock().unwrap_or_else(|e| e.into_inner());
     sequences.owner_of(id).map(str::to_string)
 }
