@@ -124,6 +124,11 @@ impl Pending {
     pub(super) fn shadow_boxes(&self) -> Vec<BoxPx> {
         self.shadows.iter().map(|&(_, b)| b).collect()
     }
+
+    /// Whether the detector missed faces that trackers still hold.
+    pub(super) fn has_shadows(&self) -> bool {
+        !self.shadows.is_empty()
+    }
 }
 
 impl SequenceState {

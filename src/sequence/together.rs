@@ -116,15 +116,19 @@ fn shadows(
     r: usize,
     done: &mut Vec<(usize, Result<FollowedFrame>)>,
 ) -> Vec<(usize, Pending, Vec<usize>)> {
+    // Nearly every round: no detection missed a held face, nothing to do.
+    if !chosen.iter().any(|(_, pending, _)| pending.has_shadows()) {
+        return chosen;
+    }
     let locate: Vec<(&Frame, Vec<BoxPx>)> = (chosen.iter())
+        .filter(|(_, pending, _)| pending.has_shadows())
         .map(|(i, pending, _)| (&streams[*i].frames[r], pending.shadow_boxes()))
-        .filter(|(_, boxes)| !boxes.is_empty())
         .collect();
     let mut located = shielded(locate.len(), || engine.faces_at_many(&locate)).into_iter();
     drop(locate);
     let mut kept = Vec::with_capacity(chosen.len());
     for (i, mut pending, picked) in chosen {
-        if pending.shadow_boxes().is_empty() {
+        if !pending.has_shadows() {
             kept.push((i, pending, picked));
             continue;
         }
