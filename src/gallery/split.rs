@@ -18,7 +18,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
 use super::share::with_helpers;
-use super::signs;
+use super::signs::{self, Signs};
 
 const STEP: f32 = 127.0;
 /// Fine steps per coarse step: a signed half byte holds -7..=7.
@@ -101,7 +101,7 @@ fn from_byte_per_value(r: u8) -> i8 {
 const SIGNS_PART: usize = 1 << 14;
 /// A part of `make_signs`: its keys and their sign bits, until a thread
 /// takes it.
-type SignsPart<'a> = Mutex<Option<(&'a [u64], &'a mut [u64])>>;
+type SignsPart<'a> = Mutex<Option<(&'a [u64], signs::SignsPart<'a>)>>;
 
 /// The fine bytes of every vector, by key, in one block (slots of removed
 /// keys are reused); beside them, in the same slots, its sign bits
@@ -111,8 +111,8 @@ pub struct Fine {
     /// Bytes per vector: `fine_len(dim)`.
     width: usize,
     bytes: Vec<u8>,
-    /// `signs::words(dim)` per slot; made from the coarse bytes, never saved.
-    signs: Vec<u64>,
+    /// Made from the coarse bytes, never saved.
+    signs: Signs,
     key_of: Vec<u64>,
     slot_of: HashMap<u64, u32>,
     free: Vec<u32>,
@@ -124,7 +124,7 @@ impl Fine {
             dim,
             width: fine_len(dim),
             bytes: Vec::new(),
-            signs: Vec::new(),
+            signs: Signs::new(dim),
             key_of: Vec::new(),
             slot_of: HashMap::new(),
             free: Vec::new(),
@@ -160,9 +160,10 @@ impl Fine {
 
     /// The sign bits of slot `slot` from its vector's `coarse` bytes.
     fn put_signs(&mut self, slot: usize, coarse: &[i8]) {
-        let words = signs::words(self.dim);
-        self.signs.resize(self.key_of.len() * words, 0);
-        signs::pack(coarse, &mut self.signs[slot * words..(slot + 1) * words]);
+        let mut code = vec![0u64; self.signs.words()];
+        signs::pack(coarse, &mut code);
+        self.signs.resize(self.key_of.len());
+        self.signs.put(slot, &code);
     }
 
     /// Make every key's sign bits from its coarse bytes, which `coarse_of`
@@ -174,25 +175,26 @@ impl Fine {
         &mut self,
         coarse_of: impl Fn(u64, &mut [i8]) -> bool + Sync,
     ) -> Result<(), String> {
-        let (dim, words) = (self.dim, signs::words(self.dim));
-        self.signs.resize(self.key_of.len() * words, 0);
+        let (dim, words) = (self.dim, self.signs.words());
+        self.signs.resize(self.key_of.len());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per = self.key_of.len().div_ceil(cores).max(SIGNS_PART);
         let parts: Vec<SignsPart> = self
             .key_of
             .chunks(per)
-            .zip(self.signs.chunks_mut(per * words))
+            .zip(self.signs.parts_mut(per))
             .map(|part| Mutex::new(Some(part)))
             .collect();
         let make = |part: &SignsPart| {
             let taken = part.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let Some((keys, bits)) = taken else {
+            let Some((keys, mut bits)) = taken else {
                 return;
             };
-            let mut coarse = vec![0i8; dim];
-            for (&key, bits) in keys.iter().zip(bits.chunks_mut(words)) {
+            let (mut coarse, mut code) = (vec![0i8; dim], vec![0u64; words]);
+            for (at, &key) in keys.iter().enumerate() {
                 if key != FREE && coarse_of(key, &mut coarse) {
-                    signs::pack(&coarse, bits);
+                    signs::pack(&coarse, &mut code);
+                    bits.put(at, &code);
                 }
             }
         };
@@ -205,12 +207,10 @@ impl Fine {
     /// The keys of the `count` vectors whose signs are nearest to those of
     /// `coarse` (the query's coarse bytes), nearest first.
     pub fn nearest_by_signs(&self, coarse: &[i8], count: usize) -> Result<Vec<u64>, String> {
-        let words = signs::words(self.dim);
-        let mut query = vec![0u64; words];
+        let mut query = vec![0u64; self.signs.words()];
         signs::pack(coarse, &mut query);
-        let slots = self.signs.len() / words.max(1);
-        let live = |slot: usize| self.key_of[slot] != FREE;
-        let found = signs::nearest(&self.signs[..slots * words], words, &query, count, live)?;
+        let live = |slot: usize| self.key_of.get(slot).is_some_and(|&key| key != FREE);
+        let found = self.signs.nearest(&query, count, live)?;
         Ok(found.into_iter().map(|slot| self.key_of[slot]).collect())
     }
 
@@ -226,10 +226,7 @@ impl Fine {
             // Zeroed, not only freed: the block is saved whole, and a
             // forgotten person's bytes must not be (`wipe.rs`).
             self.bytes[slot * self.width..(slot + 1) * self.width].fill(0);
-            let words = signs::words(self.dim);
-            if let Some(bits) = self.signs.get_mut(slot * words..(slot + 1) * words) {
-                bits.fill(0);
-            }
+            self.signs.clear(slot);
             self.free.push(slot as u32);
         }
     }
@@ -237,7 +234,7 @@ impl Fine {
     /// Bytes held (the block, the signs, the keys, the lookup table).
     pub fn memory(&self) -> usize {
         self.bytes.capacity()
-            + self.signs.capacity() * 8
+            + self.signs.memory()
             + self.key_of.capacity() * 8
             + self.slot_of.capacity() * 16
     }
@@ -296,7 +293,7 @@ impl Fine {
             dim,
             width: fine_len(dim),
             bytes,
-            signs: Vec::new(),
+            signs: Signs::new(dim),
             slot_of: HashMap::with_capacity(slots),
             free: Vec::new(),
             key_of,
@@ -338,7 +335,8 @@ mod tests {
 
     #[test]
     fn signs_made_in_parts_are_each_keys_own() {
-        let (dim, n) = (70, 3 * SIGNS_PART + 5);
+        // 300 values: 5 words, the fifth in the second plane.
+        let (dim, n) = (300, 3 * SIGNS_PART + 5);
         let coarse_of = |key: u64, out: &mut [i8]| {
             for (i, c) in out.iter_mut().enumerate() {
                 *c = if (key as usize * 31 + i * 7) % 5 < 2 {
@@ -360,11 +358,10 @@ mod tests {
             fine.signs.clone()
         };
         let mut expected = fine.signs.clone();
-        let words = signs::words(dim);
         for key in (0..n).filter(|k| k % 1000 == 17) {
-            expected[key * words..(key + 1) * words].fill(0);
+            expected.clear(key);
         }
-        fine.signs.clear();
+        fine.signs = Signs::new(dim);
         assert_eq!(made(&mut fine), expected);
     }
 
