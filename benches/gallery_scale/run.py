@@ -18,7 +18,9 @@ Measured, and written to out/bench-gallery-scale.txt (-face.txt for dlib's):
   - ENROLL then FORGET through the server, alternating between the models.
 
   python benches/gallery_scale/run.py [--model face_onnx|face] [--people 1000000] [--rounds 4]
-                                      [--window-ms 4000]
+                                      [--window-ms 4000] [--latency-only]
+(--latency-only: the perf_analyzer table alone, to out/bench-gallery-scale-latency.txt: a
+change to the search measured in minutes, once the big gallery is built.)
 Needs assets/env.sh sourced (TRITONSERVER, PERF_ANALYZER, FACE_PHOTOS, FACE_ASSETS), the
 release library built, and the data set of benches/matching/run.sh (clustered:cosine:1000000,
 or clustered:euclidean:1000000 for dlib's).
@@ -341,6 +343,48 @@ def enroll_cost(server: Server, photo: Path, rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
 
 
+def latencies(repo: Path, backends: Path, logs: Path, photos: Path, work: Path, args) -> tuple:
+    """perf_analyzer's rows per (model, photo), ENROLL and FORGET costs, and each answer."""
+    server = Server(repo, backends, logs / "both.log", 600)
+    try:
+        cases = [(m, p) for p in ("obama_640x480.jpg", "biden.jpg") for m in (EMPTY, BIG)]
+        inputs = {c: perf_inputs(server, c[0], photos / c[1], work) for c in cases}
+        got: dict = {}
+        for r in range(args.rounds):
+            for c in cases if r % 2 == 0 else cases[::-1]:
+                out = logs / f"{c[0]}-{Path(c[1]).stem}-r{r}.csv"
+                got.setdefault(c, []).append(perf(server, c[0], inputs[c], args.window_ms // args.rounds, out))
+        costs = enroll_cost(server, photos / "biden.jpg", 20)
+        answers = {c: [(f.get("name"), f.get("distance")) for f in
+                       server.infer(c[0], photos / c[1])["faces"]] for c in cases}
+    finally:
+        server.stop()
+    return got, costs, answers
+
+
+def latency_lines(got: dict, costs: dict, answers: dict, people: int, window_ms: int) -> list[str]:
+    rounds = len(next(iter(got.values())))
+    cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                if x.startswith("model name")), "?")
+    lines = [f"perf_analyzer, gRPC, concurrency 1, ENCODED, {rounds} serpentine rounds x 3 "
+             f"windows x {window_ms // rounds} ms; median of the rounds' p50 / p99 (ms) ({cpu}, {os.cpu_count()} CPUs, "
+             f"{time.strftime('%F %T')}):"]
+    for photo in ("obama_640x480.jpg", "biden.jpg"):
+        e, b = got[(EMPTY, photo)], got[(BIG, photo)]
+        med = lambda rows, k: statistics.median(x[k] for x in rows)  # noqa: E731
+        lines.append(f"  {photo:<18} empty {med(e, 'p50'):6.2f} / {med(e, 'p99'):6.2f}   "
+                     f"{people + 1:,} people {med(b, 'p50'):6.2f} / {med(b, 'p99'):6.2f}   "
+                     f"ratio p50 {med(b, 'p50') / med(e, 'p50'):.3f}")
+        [(name, distance)] = answers[(BIG, photo)] or [(None, None)]
+        lines.append(f"    the {people + 1:,}-person gallery answers {name!r}"
+                     + (f" (nearest at {distance:.3f})" if distance is not None else ""))
+    lines.append("ENROLL and FORGET through the server (biden.jpg), alternating, median of 20 (ms):")
+    for what in ("enroll", "forget"):
+        e, b = costs[f"{EMPTY} {what}"], costs[f"{BIG} {what}"]
+        lines.append(f"  {what:<7} empty {e:6.2f}   big {b:6.2f}   ratio {b / e:.3f}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="face_onnx")
@@ -351,6 +395,7 @@ def main() -> None:
     ap.add_argument("--photos", type=int, default=2000, help="gallery folder photos")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--window-ms", type=int, default=4000)
+    ap.add_argument("--latency-only", action="store_true")
     args = ap.parse_args()
     use_model(args.model)
     suffix = "" if args.model == "face_onnx" else f"-{args.model}"
@@ -381,6 +426,13 @@ def main() -> None:
             (folder / model).symlink_to(repo / model)
 
     built = prepare_big(work, repo, backends, args.data, args.people, photos, logs)
+    if args.latency_only:
+        lines = latency_lines(*latencies(repo, backends, logs, photos, work, args), args.people,
+                              args.window_ms)
+        text = "\n".join(lines) + "\n"
+        print(text)
+        (ROOT / f"out/bench-gallery-scale{suffix}-latency.txt").write_text(text)
+        return
     restarted = restarts(alone[BIG], backends, logs, photos / "biden.jpg", built is not None)
     ready, rss = {}, {}
     for model in (EMPTY, BIG):
@@ -401,21 +453,7 @@ def main() -> None:
         counts = re.findall(r"gallery photos: .*?(?=\")", server.log.read_text())
         ready[f"photos {run} log"] = counts[-1] if counts else "?"
         server.stop()
-    server = Server(repo, backends, logs / "both.log", 600)
-    try:
-        cases = [(m, p) for p in ("obama_640x480.jpg", "biden.jpg") for m in (EMPTY, BIG)]
-        inputs = {c: perf_inputs(server, c[0], photos / c[1], work) for c in cases}
-        got: dict = {}
-        for r in range(args.rounds):
-            for c in cases if r % 2 == 0 else cases[::-1]:
-                out = logs / f"{c[0]}-{Path(c[1]).stem}-r{r}.csv"
-                got.setdefault(c, []).append(perf(server, c[0], inputs[c], args.window_ms // args.rounds, out))
-        costs = enroll_cost(server, photos / "biden.jpg", 20)
-        answers = {c: [(f.get("name"), f.get("distance")) for f in
-                       server.infer(c[0], photos / c[1])["faces"]] for c in cases}
-    finally:
-        server.stop()
-
+    got, costs, answers = latencies(repo, backends, logs, photos, work, args)
     cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
                 if x.startswith("model name")), "?")
     lines = [f"gallery at scale, end to end: {EMPTY} with an empty gallery and with "
@@ -433,21 +471,7 @@ def main() -> None:
              f"people {rss[BIG]:.0f} MiB: the gallery adds {rss[BIG] - rss[EMPTY]:.0f} MiB",
              *(f"  log: {x.split('] ', 1)[-1]}" for x in loaded),
              *restart_lines(restarted),
-             f"perf_analyzer, gRPC, concurrency 1, ENCODED, {args.rounds} serpentine rounds x 3 "
-             f"windows x {args.window_ms // args.rounds} ms; median of the rounds' p50 / p99 (ms):"]
-    for photo in ("obama_640x480.jpg", "biden.jpg"):
-        e, b = got[(EMPTY, photo)], got[(BIG, photo)]
-        med = lambda rows, k: statistics.median(x[k] for x in rows)  # noqa: E731
-        lines.append(f"  {photo:<18} empty {med(e, 'p50'):6.2f} / {med(e, 'p99'):6.2f}   "
-                     f"{args.people + 1:,} people {med(b, 'p50'):6.2f} / {med(b, 'p99'):6.2f}   "
-                     f"ratio p50 {med(b, 'p50') / med(e, 'p50'):.3f}")
-        [(name, distance)] = answers[(BIG, photo)] or [(None, None)]
-        lines.append(f"    the {args.people + 1:,}-person gallery answers {name!r}"
-                     + (f" (nearest at {distance:.3f})" if distance is not None else ""))
-    lines.append("ENROLL and FORGET through the server (biden.jpg), alternating, median of 20 (ms):")
-    for what in ("enroll", "forget"):
-        e, b = costs[f"{EMPTY} {what}"], costs[f"{BIG} {what}"]
-        lines.append(f"  {what:<7} empty {e:6.2f}   big {b:6.2f}   ratio {b / e:.3f}")
+             *latency_lines(got, costs, answers, args.people, args.window_ms)]
     text = "\n".join(lines) + "\n"
     print(text)
     (ROOT / f"out/bench-gallery-scale{suffix}.txt").write_text(text)
