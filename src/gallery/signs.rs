@@ -164,9 +164,9 @@ impl Signs {
     }
 
     /// The slots of the `count` nearest to `query` (a code of `words()`
-    /// words), nearest first, slots where `live` is false skipped: the `FIRST_PLANE_KEEPS`
-    /// nearest by the first plane (on several cores when many), then
-    /// those by their whole code.
+    /// words), nearest first, slots where `live` is false skipped: the
+    /// `FIRST_PLANE_KEEPS` nearest by the first plane (on several cores
+    /// when many), then those by their whole code.
     pub fn nearest(
         &self,
         query: &[u64],
@@ -271,9 +271,9 @@ const MAX_PARTS: usize = 4;
 const CHUNK: usize = 1 << 15;
 /// Bytes ahead of the SIMD kernels' reads that they ask the cache for. In a
 /// server the codes come from memory, and the CPU's own prefetcher stops at
-/// every 4 KiB: asked ahead, a scan of a million from memory took 3.05
-/// against 3.69 ms on 2 cores (`benches/sign_scan.rs`, "from memory";
-/// docs/benchmarks.md).
+/// every 4 KiB: asked ahead, a scan of a million whole 512-bit codes from
+/// memory took 3.05 against 3.69 ms on 2 cores (2026-11-28, before the
+/// planes).
 pub const AHEAD: usize = 4096;
 
 /// The slots of the `count` codes nearest to `query` by Hamming distance,
