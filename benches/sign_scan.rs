@@ -1,6 +1,6 @@
 //! The gallery's second look at a million 512-d people: a scan of every
 //! person's sign bits for the 256 nearest by Hamming distance
-//! (`src/gallery/signs.rs`): the first plane (256 bits each, 32 MB) scanned
+//! (`src/gallery/signs/`): the first plane (256 bits each, 32 MB) scanned
 //! whole for its 4,096 nearest, then their second plane. Each kernel this
 //! CPU runs over the first plane, on one core; then the shipped scan of both
 //! planes (the fastest kernel, shared in chunks by up to 4 cores,

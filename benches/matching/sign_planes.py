@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whether the second look's two-plane sign scan (src/gallery/signs.rs) keeps a face's match.
+"""Whether the second look's two-plane sign scan (src/gallery/signs/) keeps a face's match.
 
 The scan ranks every person by the Hamming distance of the first 256 sign bits (the first
 plane), keeps the FIRST_PLANE_KEEPS nearest, ranks those by all 512 bits and re-ranks the

@@ -105,7 +105,7 @@ type SignsPart<'a> = Mutex<Option<(&'a [u64], signs::SignsPart<'a>)>>;
 
 /// The fine bytes of every vector, by key, in one block (slots of removed
 /// keys are reused); beside them, in the same slots, its sign bits
-/// (`signs.rs`: the second look's scan).
+/// (`signs/`: the second look's scan).
 pub struct Fine {
     dim: usize,
     /// Bytes per vector: `fine_len(dim)`.

@@ -15,7 +15,7 @@ const RERANK_MORE: usize = 32;
 
 /// The second look re-ranks this many nearest by sign bits: a face within
 /// 0.8x the threshold of its match stays among them against a million
-/// uniform strangers by more than 6 standard deviations (signs.rs).
+/// uniform strangers by more than 6 standard deviations (signs/).
 const SIGN_CANDIDATES: usize = 256;
 
 /// Re-ranks of this many keys or more are shared with a helper thread: each
@@ -57,7 +57,7 @@ impl VectorIndex {
 
     /// The second look at a large gallery: for split vectors, the
     /// `SIGN_CANDIDATES` nearest by a scan of every vector's sign bits
-    /// (`signs.rs`) and the nearest strays, re-ranked by the full distance;
+    /// (`signs/`) and the nearest strays, re-ranked by the full distance;
     /// f16 vectors have no signs and are walked `WIDER_SEARCH` wide.
     pub fn nearest_by_signs(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
         self.check(query)?;
