@@ -224,10 +224,18 @@ fn answer(
                     |breadth| {
                         looks += 1;
                         match breadth {
-                            Breadth::Signs => match wider {
-                                Some(wide) => index.nearest_wide(q, 16, wide),
-                                None => index.nearest_by_signs(q, 16),
-                            },
+                            // The two looks one after the other, counted.
+                            Breadth::GraphThenSigns(within) => {
+                                let first = index.nearest(q, 16)?;
+                                if first.first().is_some_and(|h| h.distance <= within) {
+                                    return Ok(first);
+                                }
+                                looks += 1;
+                                match wider {
+                                    Some(wide) => index.nearest_wide(q, 16, wide),
+                                    None => index.nearest_by_signs(q, 16),
+                                }
+                            }
                             Breadth::Graph(wide) => index.nearest_wide(q, 16, wide),
                             Breadth::Exact if signs => index.nearest_by_signs(q, 16),
                             Breadth::Exact => index.nearest_exact(q, 16),

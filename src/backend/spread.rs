@@ -9,6 +9,7 @@ use std::thread;
 use crate::backend::instance::enter;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::gallery::Busy;
 use crate::gpu::Gpu;
 use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::triton::{guard, log};
@@ -77,6 +78,8 @@ fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
 /// The lane's engine over its frames, on the calling thread (binding `gpu`
 /// first, if given): exactly one result per frame.
 fn analyze_lane(slot: &Mutex<Lane>, gpu: Option<&Gpu>) -> Vec<Result<Analysis>> {
+    // Counted at work: a search then leaves this thread's core alone.
+    let _busy = Busy::enter();
     let mut held = lock(slot);
     let Lane { engine, frames } = &mut *held;
     let results = guard::catch(|| {

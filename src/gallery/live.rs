@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::entries::{key_of, Applied, Entries, Entry, Verdict};
-use super::index::VectorIndex;
+use super::index::{Hit, VectorIndex};
 use super::looks::Breadth;
 use super::progress::Progress;
+use super::share::spare_core;
 use super::store::{Changes, Row, Stamp, Stored};
 use crate::error::Result;
 #[cfg(test)]
@@ -233,7 +234,9 @@ impl Live {
             let hits = match breadth {
                 Breadth::Exact => self.index.nearest_exact(query, count.min(total))?,
                 Breadth::Graph(wide) => self.index.nearest_wide(query, count.min(total), wide)?,
-                Breadth::Signs => self.index.nearest_by_signs(query, count.min(total))?,
+                Breadth::GraphThenSigns(within) => {
+                    self.both_looks(query, count.min(total), within)?
+                }
             };
             let people = self.people_in(&hits, top_k);
             if people.len() == top_k || hits.len() < count || count >= total {
@@ -241,6 +244,23 @@ impl Live {
             }
             count *= 4;
         }
+    }
+
+    /// The first look, then the second when the first named no one within
+    /// `within` (`VectorIndex::nearest_then_signs`), its scan begun beside
+    /// the walk when a core is spare.
+    fn both_looks(&self, query: &[f32], count: usize, within: f32) -> Result<Vec<Hit>> {
+        let far = |hits: &[Hit]| hits.first().is_none_or(|h| h.distance > within);
+        let hits = self
+            .index
+            .nearest_then_signs(query, count, spare_core(), far)?;
+        // A nearest entry with no person (forgotten meanwhile, or not yet
+        // published) names no one: look again, as for any unnamed face.
+        let person = self.people_in(&hits, 1);
+        if !far(&hits) && person.first().is_none_or(|p| p.distance > within) {
+            return self.index.nearest_by_signs(query, count);
+        }
+        Ok(hits)
     }
 
     /// The nearest person, when a stray is proven the nearest entry of
@@ -257,7 +277,7 @@ impl Live {
         self.index.approximate()
     }
 
-    fn people_in(&self, hits: &[super::index::Hit], top_k: usize) -> Vec<Candidate> {
+    fn people_in(&self, hits: &[Hit], top_k: usize) -> Vec<Candidate> {
         let e = self.read();
         let mut people: Vec<Candidate> = Vec::with_capacity(top_k);
         for hit in hits {

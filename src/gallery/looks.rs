@@ -4,7 +4,8 @@
 //! was compared with is where a graph search strays (the hardest case for
 //! HNSW). So a known face pays the first look only, and the wider one
 //! brings the names the first one missed (docs/gallery.md, "Matching a
-//! large gallery").
+//! large gallery"). Beyond `EXACT_RETRY_UP_TO` the index takes both looks
+//! in one search: the second one's scan may begin beside the first's walk.
 
 use crate::error::Result;
 
@@ -19,16 +20,17 @@ pub const WIDER_SEARCH: usize = 256;
 pub const EXACT_RETRY_UP_TO: usize = 200_000;
 
 /// How wide a search looks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Breadth {
     /// The graph, at least this many hits wide (0: as the index is set).
     Graph(usize),
     /// A scan of every vector.
     Exact,
-    /// A scan of every vector's sign bits, the nearest re-ranked
-    /// (`VectorIndex::nearest_by_signs`; f16 vectors: the graph
+    /// The graph as set, then, when its nearest is farther than this, a
+    /// scan of every vector's sign bits, the nearest re-ranked
+    /// (`VectorIndex::nearest_then_signs`; f16 vectors: the graph
     /// `WIDER_SEARCH` wide).
-    Signs,
+    GraphThenSigns(f32),
 }
 
 /// What `search` finds, nearest first, looked for a second time, wider,
@@ -41,6 +43,9 @@ pub fn look<T>(
     distance: impl Fn(&T) -> f32,
     mut search: impl FnMut(Breadth) -> Result<Vec<T>>,
 ) -> Result<Vec<T>> {
+    if approximate && size > EXACT_RETRY_UP_TO {
+        return search(Breadth::GraphThenSigns(threshold));
+    }
     let found = search(Breadth::Graph(0))?;
     let named = found
         .first()
@@ -48,11 +53,7 @@ pub fn look<T>(
     if named || !approximate {
         return Ok(found);
     }
-    search(if size <= EXACT_RETRY_UP_TO {
-        Breadth::Exact
-    } else {
-        Breadth::Signs
-    })
+    search(Breadth::Exact)
 }
 
 #[cfg(test)]
@@ -77,13 +78,13 @@ mod tests {
 
     #[test]
     fn a_named_face_is_looked_for_once() {
-        assert_eq!(looks(true, 1_000_000, 0.4), [Breadth::Graph(0)]);
+        assert_eq!(looks(true, 1_000, 0.4), [Breadth::Graph(0)]);
     }
 
     #[test]
     fn an_unnamed_face_is_looked_for_again_wider() {
-        let wide = [Breadth::Graph(0), Breadth::Signs];
-        assert_eq!(looks(true, 1_000_000, 0.6), wide);
+        let both = [Breadth::GraphThenSigns(0.5)];
+        assert_eq!(looks(true, 1_000_000, 0.6), both);
         assert_eq!(looks(true, 1_000, 0.6), [Breadth::Graph(0), Breadth::Exact]);
     }
 

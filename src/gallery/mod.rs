@@ -53,7 +53,7 @@ use store::{Listed, Migrated, Row, Store, Stored};
 
 /// The sign scan's helper threads stopped and joined: before the server
 /// may unload this library (the backend's finalize).
-pub use share::join_helpers;
+pub use share::{join_helpers, Busy};
 
 /// A re-enrollment this close to an existing embedding of the same name is
 /// the same photo again and is not stored twice.
@@ -391,6 +391,7 @@ impl Gallery {
     /// The nearest person to `embedding`, named when within `threshold`,
     /// and the `top_k` nearest people.
     pub fn best_match(&self, embedding: &[f32], threshold: f32, top_k: usize) -> Result<Match> {
+        let _busy = Busy::enter();
         self.check_dim(embedding)?;
         let wanted = top_k.max(1);
         // A stray proven the nearest needs no walk (`index/strays/proof.rs`): the one

@@ -7,11 +7,48 @@
 //! out of pieces is told not to.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Threads of this process at work on a request now (`Busy`).
+static BUSY: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread at work on a request (an image's analysis, a search), counted
+/// while held: work that would take another core only to save time waits
+/// for `spare_core`.
+pub struct Busy(());
+
+impl Busy {
+    pub fn enter() -> Busy {
+        BUSY.fetch_add(1, Ordering::Relaxed);
+        Busy(())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a core is free of requests: no other thread is `Busy` than the
+/// caller (which holds one) and the machine has more than one core. Work
+/// begun on a guess (the second look's scan beside the first look) takes
+/// only such a core: under load it would take one another request needs.
+pub fn spare_core() -> bool {
+    cores() > 1 && BUSY.load(Ordering::Relaxed) <= 1
+}
+
+/// The cores this process may use, counted once: the standard library
+/// reads the cgroup's quota files at every call.
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
 
 /// The helper threads, kept between scans: a thread started per scan took
 /// 0.3 ms at the median and 3 ms at the 90th percentile to run in the
@@ -150,6 +187,19 @@ pub fn with_helpers<T: Send + 'static>(
     helpers: usize,
     work: &(dyn Fn() -> T + Sync),
 ) -> Vec<Result<T, String>> {
+    let (mine, theirs) = beside(helpers, work, work);
+    std::iter::once(Ok(mine)).chain(theirs).collect()
+}
+
+/// `work` on up to `helpers` helper threads while this thread runs `here`
+/// (which may call `work` too, or tell it through the state they share to
+/// stop): `here`'s result, and each helper's that ran. A helper that has
+/// not started when `here` returns never calls `work`.
+pub fn beside<T: Send + 'static, R>(
+    helpers: usize,
+    work: &(dyn Fn() -> T + Sync),
+    here: impl FnOnce() -> R,
+) -> (R, Vec<Result<T, String>>) {
     // SAFETY: only the lifetime changes. A helper calls `work` only after it
     // moved its state from Waiting to Running, and `SettleAll` (on return and
     // on unwinding) moves every state out of Waiting, or waits for Running
@@ -194,10 +244,10 @@ pub fn with_helpers<T: Send + 'static>(
             *helper.state() = State::Settled;
         }
     }
-    let mut results = vec![Ok(work())];
-    results.extend(all.iter().filter_map(|helper| helper.settle()));
+    let mine = here();
+    let theirs = all.iter().filter_map(|helper| helper.settle()).collect();
     drop(settle_all);
-    results
+    (mine, theirs)
 }
 
 #[cfg(test)]

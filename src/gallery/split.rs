@@ -177,7 +177,7 @@ impl Fine {
     ) -> Result<(), String> {
         let (dim, words) = (self.dim, self.signs.words());
         self.signs.resize(self.key_of.len());
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::gallery::share::cores();
         let per = self.key_of.len().div_ceil(cores).max(SIGNS_PART);
         let parts: Vec<SignsPart> = self
             .key_of
@@ -207,11 +207,25 @@ impl Fine {
     /// The keys of the `count` vectors whose signs are nearest to those of
     /// `coarse` (the query's coarse bytes), nearest first.
     pub fn nearest_by_signs(&self, coarse: &[i8], count: usize) -> Result<Vec<u64>, String> {
+        let ((), found) = self.nearest_by_signs_beside(coarse, count, || ((), true));
+        found.unwrap_or_else(|| Ok(Vec::new()))
+    }
+
+    /// `nearest_by_signs`, its scan begun on a helper thread while this one
+    /// runs `first`, which says whether it is wanted after all (None when
+    /// not: `Signs::nearest_beside`).
+    pub fn nearest_by_signs_beside<R>(
+        &self,
+        coarse: &[i8],
+        count: usize,
+        first: impl FnOnce() -> (R, bool),
+    ) -> (R, Option<Result<Vec<u64>, String>>) {
         let mut query = vec![0u64; self.signs.words()];
         signs::pack(coarse, &mut query);
         let live = |slot: usize| self.key_of.get(slot).is_some_and(|&key| key != FREE);
-        let found = self.signs.nearest(&query, count, live)?;
-        Ok(found.into_iter().map(|slot| self.key_of[slot]).collect())
+        let (first, found) = self.signs.nearest_beside(&query, count, live, first);
+        let keys = |slots: Vec<usize>| slots.into_iter().map(|slot| self.key_of[slot]).collect();
+        (first, found.map(|found| found.map(keys)))
     }
 
     pub fn get(&self, key: u64) -> Option<&[u8]> {

@@ -80,7 +80,7 @@ impl VectorIndex {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .forget_apart();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::gallery::share::cores();
         let chunk = fresh.len().div_ceil(cores).max(1);
         let index = &*index;
         let done = AtomicUsize::new(0);

@@ -287,7 +287,7 @@ pub fn check_length(vector: &[f32], dim: usize) -> Result<()> {
 }
 
 fn threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::gallery::share::cores();
     SEARCH_THREADS.max(4 * cores)
 }
 

@@ -13,16 +13,18 @@ use crate::gallery::share::with_helpers;
 /// An exact scan of i8 vectors re-ranks this many more than asked for.
 const RERANK_MORE: usize = 32;
 
-/// The second look re-ranks this many nearest by sign bits: a face within
-/// 0.8x the threshold of its match stays among them against a million
-/// uniform strangers by more than 6 standard deviations (signs/).
-const SIGN_CANDIDATES: usize = 256;
+/// The second look re-ranks this many nearest by sign bits: a face exactly
+/// 0.4 from its match ranked at most third by all 512 bits on the four sets
+/// at a million (`benches/matching/sign_planes.py`); among a million
+/// uniform strangers it falls out of these 32 once in about 10^8 such
+/// faces, against once in 10^5 out of the first plane's (signs/).
+const SIGN_CANDIDATES: usize = 32;
 
 /// Re-ranks of this many keys or more are shared with a helper thread: each
 /// key's vector is fetched under usearch's lock, its cache misses waited for
-/// one key after another (the second look's 257 took 0.70 ms on one core in
-/// the server, 0.47 shared). A first look's 48 to 64 stay on one core: a
-/// known face leaves the other core to other requests.
+/// one key after another (257 keys took 0.70 ms on one core in the server,
+/// 0.47 shared). A look's 48 to 80 stay on one core: a known face leaves
+/// the other core to other requests.
 const RERANK_SHARED_FROM: usize = 128;
 
 /// Keys a thread claims at a time in a shared re-rank.
@@ -57,8 +59,9 @@ impl VectorIndex {
 
     /// The second look at a large gallery: for split vectors, the
     /// `SIGN_CANDIDATES` nearest by a scan of every vector's sign bits
-    /// (`signs/`) and the nearest strays, re-ranked by the full distance;
-    /// f16 vectors have no signs and are walked `WIDER_SEARCH` wide.
+    /// (`signs/`; the strays too, unlike a walk), re-ranked by the full
+    /// distance; f16 vectors have no signs and are walked `WIDER_SEARCH`
+    /// wide.
     pub fn nearest_by_signs(&self, query: &[f32], count: usize) -> Result<Vec<Hit>> {
         self.check(query)?;
         let index = self.read();
@@ -68,14 +71,58 @@ impl VectorIndex {
         };
         let (mut coarse, mut bytes) = split::buffers(self.dim);
         split::split(query, &mut coarse, &mut bytes);
-        let mut keys = fine
-            .nearest_by_signs(&coarse, SIGN_CANDIDATES.max(count))
-            .map_err(|e| failed("search", e))?;
-        let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
-        keys.extend(strays.nearest(&coarse, count)?);
-        keys.sort_unstable();
-        keys.dedup();
-        self.rerank(&index, &keys, query)
+        let keys = fine.nearest_by_signs(&coarse, SIGN_CANDIDATES.max(count));
+        self.by_signs(&index, keys, query)
+    }
+
+    /// `nearest` and, when `again` says its hits do not name the face,
+    /// `nearest_by_signs`: with `early` (a core no request uses), the sign
+    /// scan begins on a helper thread beside the walk, and stops when the
+    /// walk names the face (an unknown face at a million then pays the
+    /// longer of the two, not their sum: docs/gallery.md).
+    pub fn nearest_then_signs(
+        &self,
+        query: &[f32],
+        count: usize,
+        early: bool,
+        again: impl Fn(&[Hit]) -> bool,
+    ) -> Result<Vec<Hit>> {
+        self.check(query)?;
+        let index = self.read();
+        let fine = match &index.fine {
+            Some(fine) if early && index.size() > self.exact_up_to => fine,
+            _ => {
+                drop(index);
+                let first = self.nearest(query, count)?;
+                return match again(&first) {
+                    true => self.nearest_by_signs(query, count),
+                    false => Ok(first),
+                };
+            }
+        };
+        let walk = || {
+            let first = self.search_in(&index, query, count, 0, None);
+            let wanted = first.as_ref().is_ok_and(|hits| again(hits));
+            (first, wanted)
+        };
+        let (mut coarse, mut bytes) = split::buffers(self.dim);
+        split::split(query, &mut coarse, &mut bytes);
+        let candidates = SIGN_CANDIDATES.max(count);
+        match fine.nearest_by_signs_beside(&coarse, candidates, walk) {
+            (first, None) => first,
+            (_, Some(keys)) => self.by_signs(&index, keys, query),
+        }
+    }
+
+    /// The sign scan's `keys` (each once), re-ranked.
+    fn by_signs(
+        &self,
+        index: &Graph,
+        keys: std::result::Result<Vec<u64>, String>,
+        query: &[f32],
+    ) -> Result<Vec<Hit>> {
+        let keys = keys.map_err(|e| failed("search", e))?;
+        self.rerank(index, &keys, query)
     }
 
     fn search(
@@ -86,7 +133,18 @@ impl VectorIndex {
         exact: Option<bool>,
     ) -> Result<Vec<Hit>> {
         self.check(query)?;
-        let index = self.read();
+        self.search_in(&self.read(), query, count, breadth, exact)
+    }
+
+    /// `search` in the graph `index` (this index's, locked for reading).
+    fn search_in(
+        &self,
+        index: &Graph,
+        query: &[f32],
+        count: usize,
+        breadth: usize,
+        exact: Option<bool>,
+    ) -> Result<Vec<Hit>> {
         if index.size() == 0 || count == 0 {
             return Ok(Vec::new());
         }
@@ -114,11 +172,11 @@ impl VectorIndex {
             // no one else: an i8 distance is within about 1e-3).
             keys.truncate(count + RERANK_MORE);
             let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
-            keys.extend(strays_near(&index, &strays, query, &coarse, count)?);
+            keys.extend(strays_near(index, &strays, query, &coarse, count)?);
             keys.sort_unstable();
             keys.dedup();
         }
-        self.rerank(&index, &keys, query)
+        self.rerank(index, &keys, query)
     }
 
     /// `keys` by their full distance to `query`, nearest first (ties by
@@ -234,6 +292,28 @@ mod tests {
         let back = VectorIndex::load(&path, Metric::Cosine, dim).unwrap();
         let query = near(&crowd[6].1, 10_007);
         assert_eq!(back.nearest_by_signs(&query, 1).unwrap()[0].key, 7);
+    }
+
+    #[test]
+    fn both_looks_name_a_known_face_at_once_and_scan_for_an_unknown_one() {
+        let dim = 512;
+        let crowd: Vec<(u64, Vec<f32>)> = (1..3000u64).map(|k| (k, random_unit(k, dim))).collect();
+        let index = graph_of(dim, &[], &crowd);
+        let far = |hits: &[Hit]| hits.first().is_none_or(|h| h.distance > 0.5);
+        for early in [false, true] {
+            let known = near(&crowd[41].1, 10_042);
+            let hits = index.nearest_then_signs(&known, 4, early, far).unwrap();
+            assert_eq!(hits[0].key, 42);
+            assert!(hits.len() < SIGN_CANDIDATES, "the first look alone");
+            let stranger = random_unit(99_999, dim);
+            let hits = index.nearest_then_signs(&stranger, 4, early, far).unwrap();
+            assert!(hits.len() >= SIGN_CANDIDATES, "the second look too");
+            let exact = index.nearest_exact(&stranger, 1).unwrap();
+            assert_eq!(
+                (hits[0].key, hits[0].distance),
+                (exact[0].key, exact[0].distance)
+            );
+        }
     }
 
     #[test]

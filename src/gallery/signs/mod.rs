@@ -22,7 +22,7 @@ mod scan;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use scan::{keep_nearest_of, scored, slots_of};
+use scan::{keep_nearest_of, scored_beside, slots_of};
 pub use scan::{nearest, nearest_with, Kernel, AHEAD};
 
 /// Words (u64) of sign bits for a vector of `dim` values.
@@ -177,25 +177,44 @@ impl Signs {
         count: usize,
         live: impl Fn(usize) -> bool + Sync,
     ) -> Result<Vec<usize>, String> {
+        let ((), found) = self.nearest_beside(query, count, live, || ((), true));
+        found.unwrap_or_else(|| Ok(Vec::new()))
+    }
+
+    /// `nearest`, its scan begun on a helper thread while this one runs
+    /// `first`, which says whether it is wanted after all (None when not).
+    pub fn nearest_beside<R>(
+        &self,
+        query: &[u64],
+        count: usize,
+        live: impl Fn(usize) -> bool + Sync,
+        first: impl FnOnce() -> (R, bool),
+    ) -> (R, Option<Result<Vec<usize>, String>>) {
         let (head_words, tail_words) = (self.head_words, self.tail_words);
         if query.len() != self.words() {
-            return Err(format!(
+            let (first, wanted) = first();
+            let why = format!(
                 "a query of {} words for codes of {}",
                 query.len(),
                 self.words()
-            ));
+            );
+            return (first, wanted.then_some(Err(why)));
         }
-        if tail_words == 0 {
-            return nearest(&self.head, head_words, query, count, live);
-        }
-        let (first, rest) = query.split_at(head_words);
-        let keep = FIRST_PLANE_KEEPS.max(count);
-        let mut found = scored(&self.head, head_words, first, keep, &live)?;
-        keep_nearest_of(&mut found, keep);
-        Ok(slots_of(
-            rescored(found, &self.tail, tail_words, rest),
-            count,
-        ))
+        let (head, rest) = query.split_at(head_words);
+        let keep = match tail_words {
+            0 => count,
+            _ => FIRST_PLANE_KEEPS.max(count),
+        };
+        let (first, found) = scored_beside(&self.head, head_words, head, keep, &live, first);
+        let found = found.map(|found| {
+            let mut found = found?;
+            if tail_words > 0 {
+                keep_nearest_of(&mut found, keep);
+                found = rescored(found, &self.tail, tail_words, rest);
+            }
+            Ok(slots_of(found, count))
+        });
+        (first, found)
     }
 
     /// Bytes held.

@@ -2,20 +2,21 @@
 //! chunks shared with helper threads (`share.rs`), each chunk by the fastest
 //! kernel the CPU runs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::kept::Kept;
 use super::{hamming, HEAD_WORDS};
-use crate::gallery::share::with_helpers;
+use crate::gallery::share::beside;
 
 /// Scans of more codes than this are split over the cores: a million's
 /// first plane is 32 MB (docs/benchmarks.md).
 const PARALLEL_FROM: usize = 100_000;
 /// At most this many parts (memory bandwidth, not cores, bounds the rest).
 const MAX_PARTS: usize = 4;
-/// Slots a thread claims at a time in a scan shared between threads: 1 MB
-/// of 256-bit codes.
-const CHUNK: usize = 1 << 15;
+/// Slots a thread claims at a time in a scan shared between threads: 256 KB
+/// of 256-bit codes, read in about 0.02 ms (a scan begun beside a walk that
+/// then names the face stops at the end of its chunk).
+const CHUNK: usize = 1 << 13;
 /// Bytes ahead of the SIMD kernels' reads that they ask the cache for. In a
 /// server the codes come from memory, and the CPU's own prefetcher stops at
 /// every 4 KiB: asked ahead, a scan of a million whole 512-bit codes from
@@ -36,6 +37,9 @@ pub fn nearest(
     Ok(slots_of(scored(codes, words, query, count, &live)?, count))
 }
 
+/// Codes with their distances, in no order, or why a scan failed.
+pub(super) type Scored = Result<Vec<(u32, usize)>, String>;
+
 /// `nearest`'s codes, each with its distance, in no order.
 pub(super) fn scored(
     codes: &[u64],
@@ -43,12 +47,28 @@ pub(super) fn scored(
     query: &[u64],
     count: usize,
     live: &(impl Fn(usize) -> bool + Sync),
-) -> Result<Vec<(u32, usize)>, String> {
+) -> Scored {
+    let ((), found) = scored_beside(codes, words, query, count, live, || ((), true));
+    found.unwrap_or_else(|| Ok(Vec::new()))
+}
+
+/// `scored`, begun on a helper thread while this one runs `first`, which
+/// says whether the scan is wanted after all: if so, this thread joins it
+/// (None when it is not).
+pub(super) fn scored_beside<R>(
+    codes: &[u64],
+    words: usize,
+    query: &[u64],
+    count: usize,
+    live: &(impl Fn(usize) -> bool + Sync),
+    first: impl FnOnce() -> (R, bool),
+) -> (R, Option<Scored>) {
     if count == 0 || words == 0 {
-        return Ok(Vec::new());
+        let (first, wanted) = first();
+        return (first, wanted.then(|| Ok(Vec::new())));
     }
     let slots = codes.len() / words;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::gallery::share::cores();
     let parts = if slots >= PARALLEL_FROM {
         cores.min(MAX_PARTS)
     } else {
@@ -61,7 +81,7 @@ pub(super) fn scored(
         count,
         ahead: AHEAD,
     };
-    scan.in_parts(live, parts, CHUNK, Kernel::fastest(words))
+    scan.beside(live, parts, CHUNK, Kernel::fastest(words), first)
 }
 
 /// How a part is scanned: `nearest` takes the fastest the CPU has
@@ -138,8 +158,8 @@ pub fn nearest_with(
         count,
         ahead,
     };
-    let found = scan.in_parts(&|_| true, parts, CHUNK, kernel);
-    Some(found.map(|found| slots_of(found, count)))
+    let ((), found) = scan.beside(&|_| true, parts, CHUNK, kernel, || ((), true));
+    found.map(|found| found.map(|found| slots_of(found, count)))
 }
 
 /// One scan: the `count` nearest to `query` of `codes`, `words` u64 each;
@@ -153,42 +173,54 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
-    /// On this thread and up to `parts - 1` helpers, which claim `chunk`
-    /// slots at a time with it (`share.rs`: a helper slow to start leaves
-    /// its chunks to this thread instead of holding it up); each part's
-    /// nearest, with their distances, in no order.
-    fn in_parts(
+    /// On up to `parts - 1` helpers, which claim `chunk` slots at a time,
+    /// begun while this thread runs `first`; then, if `first` says the scan
+    /// is wanted, on this thread too (`share.rs`: a helper slow to start
+    /// leaves its chunks to this thread instead of holding it up), and if
+    /// not, stopped at the helpers' next chunk. Each part's nearest, with
+    /// their distances, in no order.
+    fn beside<R>(
         &self,
         live: &(impl Fn(usize) -> bool + Sync),
         parts: usize,
         chunk: usize,
         kernel: Kernel,
-    ) -> Result<Vec<(u32, usize)>, String> {
+        first: impl FnOnce() -> (R, bool),
+    ) -> (R, Option<Scored>) {
         let (words, count) = (self.words, self.count);
         let slots = self.codes.len() / words;
         let chunk = if parts <= 1 { slots } else { chunk }.max(1);
-        let next = AtomicUsize::new(0);
+        let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
         let scan = || {
             let mut kept = Kept::new(count, words);
-            loop {
+            while !stop.load(Ordering::Relaxed) {
                 let first = next.fetch_add(1, Ordering::Relaxed).saturating_mul(chunk);
                 if first >= slots {
-                    return kept.slots();
+                    break;
                 }
                 let last = (first + chunk).min(slots);
                 kept.first = first;
                 let codes = &self.codes[first * words..last * words];
                 nearest_here(&mut kept, codes, self, live, kernel);
             }
+            kept.slots()
         };
-        if parts <= 1 || slots <= chunk {
-            return Ok(scan());
+        let helpers = if slots > chunk { parts - 1 } else { 0 };
+        let ((first, mine), theirs) = beside(helpers, &scan, || {
+            let (first, wanted) = first();
+            stop.store(!wanted, Ordering::Relaxed);
+            (first, wanted.then(scan))
+        });
+        let Some(mut found) = mine else {
+            return (first, None);
+        };
+        for part in theirs {
+            match part {
+                Ok(part) => found.extend(part),
+                Err(e) => return (first, Some(Err(e))),
+            }
         }
-        let mut found = Vec::with_capacity(count * parts);
-        for part in with_helpers(parts - 1, &scan) {
-            found.extend(part?);
-        }
-        Ok(found)
+        (first, Some(Ok(found)))
     }
 }
 
@@ -309,6 +341,18 @@ pub(super) fn random_words() -> impl FnMut() -> u64 {
 mod tests {
     use super::*;
 
+    /// `scan` on `parts` threads, no first look beside it.
+    fn in_parts(
+        scan: &Scan,
+        live: &(impl Fn(usize) -> bool + Sync),
+        parts: usize,
+        chunk: usize,
+        kernel: Kernel,
+    ) -> Vec<(u32, usize)> {
+        let ((), found) = scan.beside(live, parts, chunk, kernel, || ((), true));
+        found.expect("wanted").expect("no helper failed")
+    }
+
     /// The plain scan's (distance, slot) of the `count` nearest.
     fn plain(
         codes: &[u64],
@@ -358,7 +402,7 @@ mod tests {
                         count,
                         ahead,
                     };
-                    let found = scan.in_parts(&live, parts, chunk, kernel).unwrap();
+                    let found = in_parts(&scan, &live, parts, chunk, kernel);
                     let found = slots_of(found, count);
                     assert_eq!(found, plain, "{kernel:?}, {count}, {parts} parts");
                 }
@@ -397,11 +441,44 @@ mod tests {
         };
         for parts in 1..=4 {
             for chunk in [1, 7, 333, 334, CHUNK] {
-                let split = scan(5).in_parts(&live, parts, chunk, kernel).unwrap();
+                let split = in_parts(&scan(5), &live, parts, chunk, kernel);
                 assert_eq!(slots_of(split, 5), one, "{parts} parts, chunks of {chunk}");
             }
         }
-        let last = slots_of(scan(7).in_parts(&live, 3, 100, kernel).unwrap(), 7);
+        let last = slots_of(in_parts(&scan(7), &live, 3, 100, kernel), 7);
         assert!(last.contains(&999) && !last.contains(&998), "{last:?}");
+    }
+
+    #[test]
+    fn a_scan_begun_beside_a_first_look_is_joined_or_stopped() {
+        let mut random = random_words();
+        let slots = 20_000;
+        let codes: Vec<u64> = (0..slots * HEAD_WORDS).map(|_| random()).collect();
+        let query: Vec<u64> = codes[777 * HEAD_WORDS..778 * HEAD_WORDS].to_vec();
+        let live = |_: usize| true;
+        let plain = slots_of(plain(&codes, HEAD_WORDS, &query, 50, live), 50);
+        assert_eq!(plain[0], 777);
+        let scan = Scan {
+            codes: &codes,
+            words: HEAD_WORDS,
+            query: &query,
+            count: 50,
+            ahead: AHEAD,
+        };
+        let kernel = Kernel::fastest(HEAD_WORDS);
+        // A first look slow enough for the helper to scan most of it, one
+        // that wants the scan at once, one that does not want it.
+        for wait_ms in [0, 5, 30] {
+            let first = || {
+                std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+                ("walked", true)
+            };
+            let (walked, found) = scan.beside(&live, 2, 64, kernel, first);
+            assert_eq!(walked, "walked");
+            let found = found.expect("wanted").expect("no helper failed");
+            assert_eq!(slots_of(found, 50), plain, "after {wait_ms} ms");
+        }
+        let (named, found) = scan.beside(&live, 2, 64, kernel, || ("named", false));
+        assert_eq!((named, found), ("named", None));
     }
 }

@@ -85,7 +85,7 @@ impl VectorIndex {
         keys: &[u64],
         limit: Option<f32>,
     ) -> Vec<Option<f32>> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::gallery::share::cores();
         let chunk = keys.len().div_ceil(cores).max(1);
         std::thread::scope(|scope| {
             let workers: Vec<_> = keys
@@ -154,7 +154,7 @@ fn links_buffer(index: &Index) -> Vec<u64> {
 /// How many base-level links lead to each of `keys`, counted on every core.
 fn links_in(index: &Index, keys: &[u64]) -> Vec<u32> {
     let slot: HashMap<u64, usize> = keys.iter().enumerate().map(|(i, &k)| (k, i)).collect();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::gallery::share::cores();
     let chunk = keys.len().div_ceil(cores).max(1);
     let counts: Vec<Vec<u32>> = std::thread::scope(|scope| {
         let workers: Vec<_> = keys
