@@ -95,7 +95,7 @@ impl VectorIndex {
                 drop(index);
                 let first = self.nearest(query, count)?;
                 return match again(&first) {
-                    true => self.nearest_by_signs(query, count),
+                    true => Ok(both(first, self.nearest_by_signs(query, count)?)),
                     false => Ok(first),
                 };
             }
@@ -110,7 +110,7 @@ impl VectorIndex {
         let candidates = SIGN_CANDIDATES.max(count);
         match fine.nearest_by_signs_beside(&coarse, candidates, walk) {
             (first, None) => first,
-            (_, Some(keys)) => self.by_signs(&index, keys, query),
+            (first, Some(keys)) => Ok(both(first?, self.by_signs(&index, keys, query)?)),
         }
     }
 
@@ -214,6 +214,15 @@ impl VectorIndex {
     }
 }
 
+/// Both looks' hits, each key once, nearest first (ties by key): the
+/// first's strays and walk may hold a nearer stranger than the scan's few.
+fn both(first: Vec<Hit>, mut second: Vec<Hit>) -> Vec<Hit> {
+    second.extend(first);
+    second.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+    second.dedup_by_key(|h| h.key);
+    second
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_vectors::{graph_of, near, random_unit, unit};
@@ -308,6 +317,16 @@ mod tests {
             let stranger = random_unit(99_999, dim);
             let hits = index.nearest_then_signs(&stranger, 4, early, far).unwrap();
             assert!(hits.len() >= SIGN_CANDIDATES, "the second look too");
+            let walked = index.nearest(&stranger, 4).unwrap();
+            assert!(
+                walked.iter().all(|w| hits.contains(w)),
+                "the first look's kept"
+            );
+            let order = |h: &Hit| (h.distance, h.key);
+            assert!(
+                hits.windows(2).all(|w| order(&w[0]) < order(&w[1])),
+                "each key once"
+            );
             let exact = index.nearest_exact(&stranger, 1).unwrap();
             assert_eq!(
                 (hits[0].key, hits[0].distance),
