@@ -207,8 +207,7 @@ impl Fine {
     /// The keys of the `count` vectors whose signs are nearest to those of
     /// `coarse` (the query's coarse bytes), nearest first.
     pub fn nearest_by_signs(&self, coarse: &[i8], count: usize) -> Result<Vec<u64>, String> {
-        let ((), found) = self.nearest_by_signs_beside(coarse, count, || ((), true));
-        found.unwrap_or_else(|| Ok(Vec::new()))
+        signs::at_once(|now| self.nearest_by_signs_beside(coarse, count, now))
     }
 
     /// `nearest_by_signs`, its scan begun on a helper thread while this one

@@ -22,8 +22,8 @@ mod scan;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use scan::{at_once, nearest, nearest_with, Kernel, AHEAD};
 use scan::{keep_nearest_of, scored_beside, slots_of};
-pub use scan::{nearest, nearest_with, Kernel, AHEAD};
 
 /// Words (u64) of sign bits for a vector of `dim` values.
 pub fn words(dim: usize) -> usize {
@@ -177,8 +177,7 @@ impl Signs {
         count: usize,
         live: impl Fn(usize) -> bool + Sync,
     ) -> Result<Vec<usize>, String> {
-        let ((), found) = self.nearest_beside(query, count, live, || ((), true));
-        found.unwrap_or_else(|| Ok(Vec::new()))
+        at_once(|now| self.nearest_beside(query, count, live, now))
     }
 
     /// `nearest`, its scan begun on a helper thread while this one runs

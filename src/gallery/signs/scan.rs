@@ -40,6 +40,15 @@ pub fn nearest(
 /// Codes with their distances, in no order, or why a scan failed.
 pub(super) type Scored = Result<Vec<(u32, usize)>, String>;
 
+/// What a search that can begin beside other work (`first`) finds with
+/// nothing beside it: its `first` wants the scan at once.
+pub fn at_once<T>(
+    search: impl FnOnce(fn() -> ((), bool)) -> ((), Option<Result<T, String>>),
+) -> Result<T, String> {
+    let ((), found) = search(|| ((), true));
+    found.unwrap_or_else(|| Err("a scan wanted at once was not run".to_string()))
+}
+
 /// `nearest`'s codes, each with its distance, in no order.
 pub(super) fn scored(
     codes: &[u64],
@@ -48,8 +57,7 @@ pub(super) fn scored(
     count: usize,
     live: &(impl Fn(usize) -> bool + Sync),
 ) -> Scored {
-    let ((), found) = scored_beside(codes, words, query, count, live, || ((), true));
-    found.unwrap_or_else(|| Ok(Vec::new()))
+    at_once(|now| scored_beside(codes, words, query, count, live, now))
 }
 
 /// `scored`, begun on a helper thread while this one runs `first`, which
@@ -158,8 +166,8 @@ pub fn nearest_with(
         count,
         ahead,
     };
-    let ((), found) = scan.beside(&|_| true, parts, CHUNK, kernel, || ((), true));
-    found.map(|found| found.map(|found| slots_of(found, count)))
+    let found = at_once(|now| scan.beside(&|_| true, parts, CHUNK, kernel, now));
+    Some(found.map(|found| slots_of(found, count)))
 }
 
 /// One scan: the `count` nearest to `query` of `codes`, `words` u64 each;
@@ -349,8 +357,7 @@ mod tests {
         chunk: usize,
         kernel: Kernel,
     ) -> Vec<(u32, usize)> {
-        let ((), found) = scan.beside(live, parts, chunk, kernel, || ((), true));
-        found.expect("wanted").expect("no helper failed")
+        at_once(|now| scan.beside(live, parts, chunk, kernel, now)).expect("no helper failed")
     }
 
     /// The plain scan's (distance, slot) of the `count` nearest.
