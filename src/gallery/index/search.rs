@@ -189,25 +189,31 @@ impl VectorIndex {
     ) -> Result<Vec<Hit>> {
         let next = AtomicUsize::new(0);
         let work = || {
-            let (mut stored, mut coarse) = (vec![0.0f32; self.dim], vec![0i8; self.dim]);
+            let mut stored = vec![0.0f32; RERANK_PIECE * self.dim];
+            let mut found = [false; RERANK_PIECE];
             let mut hits = Vec::new();
             loop {
                 let first = next.fetch_add(RERANK_PIECE, Ordering::Relaxed);
                 if first >= keys.len() {
-                    return hits;
+                    return Ok(hits);
                 }
-                for &key in &keys[first..(first + RERANK_PIECE).min(keys.len())] {
-                    if index.full(key, &mut stored, &mut coarse) {
-                        let distance = self.metric.distance(&stored, query);
-                        hits.push(Hit { key, distance });
-                    }
+                let piece = &keys[first..(first + RERANK_PIECE).min(keys.len())];
+                let (stored, found) = (
+                    &mut stored[..piece.len() * self.dim],
+                    &mut found[..piece.len()],
+                );
+                index.full_many(piece, stored, found)?;
+                let each = piece.iter().zip(stored.chunks_exact(self.dim)).zip(found);
+                for ((&key, stored), _) in each.filter(|(_, found)| **found) {
+                    let distance = self.metric.distance(stored, query);
+                    hits.push(Hit { key, distance });
                 }
             }
         };
         let helpers = usize::from(keys.len() >= RERANK_SHARED_FROM);
         let mut hits = Vec::with_capacity(keys.len());
         for part in with_helpers(helpers, &work) {
-            hits.extend(part.map_err(|e| failed("search", e))?);
+            hits.extend(part.map_err(|e| failed("search", e))??);
         }
         hits.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
         Ok(hits)
@@ -260,6 +266,33 @@ mod tests {
         assert_ne!(index.nearest(&unit(1234, 64), 4).unwrap()[0].key, 1234);
         assert_eq!(index.vector(1234), None);
         assert_eq!(index.len(), 2999);
+    }
+
+    #[test]
+    fn keys_fetched_together_are_what_each_fetched_alone_is() {
+        // Present, absent, removed and repeated keys, more than one piece of
+        // the patched usearch's batch (64), both kinds of storage.
+        for metric in [Metric::Cosine, Metric::Euclidean] {
+            let index = VectorIndex::new(metric, 64).unwrap();
+            for k in 0..200u64 {
+                index.insert(k, &random_unit(k, 64)).unwrap();
+            }
+            index.remove(17).unwrap();
+            let keys: Vec<u64> = (0..150u64).map(|i| (i * 7) % 260).chain([3, 3]).collect();
+            let graph = index.read();
+            let mut out = vec![0.0f32; keys.len() * 64];
+            let mut found = vec![false; keys.len()];
+            graph.full_many(&keys, &mut out, &mut found).unwrap();
+            let (mut alone, mut coarse) = (vec![0.0f32; 64], vec![0i8; 64]);
+            for ((&key, out), &found) in keys.iter().zip(out.chunks_exact(64)).zip(&found) {
+                let there = graph.full(key, &mut alone, &mut coarse);
+                assert_eq!(found, there, "{metric:?} key {key}");
+                assert_eq!(there, key < 200 && key != 17, "{metric:?} key {key}");
+                if there {
+                    assert_eq!(out, &alone[..], "{metric:?} key {key}");
+                }
+            }
+        }
     }
 
     #[test]

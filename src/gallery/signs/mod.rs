@@ -280,6 +280,12 @@ fn hamming<const W: usize>(code: &[u64], query: &[u64]) -> u32 {
     d
 }
 
+/// `prefetch` for a line of bytes.
+#[inline(always)]
+pub fn prefetch_line(at: *const u8) {
+    prefetch(at.cast());
+}
+
 /// Ask the cache for the line at `at` (it reads nothing and cannot fault).
 #[inline(always)]
 fn prefetch(at: *const u64) {

@@ -86,6 +86,7 @@ class NativeIndex {
 
     size_t get_b1x8(vector_key_t key, rust::Slice<uint8_t> vector) const;
     size_t get_i8(vector_key_t key, rust::Slice<int8_t> vector) const;
+    size_t get_many_i8(rust::Slice<uint64_t const> keys, rust::Slice<int8_t> vectors, rust::Slice<uint8_t> found) const;
     size_t get_u8(vector_key_t key, rust::Slice<uint8_t> vector) const;
     size_t get_f16(vector_key_t key, rust::Slice<int16_t> vector) const;
     size_t get_f32(vector_key_t key, rust::Slice<float> vector) const;

@@ -523,6 +523,12 @@ pub mod ffi {
         pub fn get_f32(self: &NativeIndex, key: u64, buffer: &mut [f32]) -> Result<usize>;
         pub fn get_f16(self: &NativeIndex, key: u64, buffer: &mut [i16]) -> Result<usize>;
         pub fn get_i8(self: &NativeIndex, key: u64, buffer: &mut [i8]) -> Result<usize>;
+        pub fn get_many_i8(
+            self: &NativeIndex,
+            keys: &[u64],
+            buffer: &mut [i8],
+            found: &mut [u8],
+        ) -> Result<usize>;
         pub fn get_u8(self: &NativeIndex, key: u64, buffer: &mut [u8]) -> Result<usize>;
         pub fn get_b1x8(self: &NativeIndex, key: u64, buffer: &mut [u8]) -> Result<usize>;
 
@@ -1519,6 +1525,19 @@ impl Index {
     ///
     /// * `key` - The key associated with the vector.
     /// * `vector` - A slice containing the vector data.
+    /// The i8 vectors of many keys at once, their cache misses overlapped
+    /// (triton-face's patch, see vendor/README.md): `vector` holds one
+    /// vector per key, `found` a flag per key (1: it was there). Returns
+    /// how many were there.
+    pub fn get_many_i8(
+        self: &Index,
+        keys: &[Key],
+        vector: &mut [i8],
+        found: &mut [u8],
+    ) -> Result<usize, cxx::Exception> {
+        self.inner.get_many_i8(keys, vector, found)
+    }
+
     pub fn get<T: VectorType>(
         self: &Index,
         key: Key,

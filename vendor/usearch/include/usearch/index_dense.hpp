@@ -934,6 +934,7 @@ class index_dense_gt {
     std::size_t get(vector_key_t key, e3m2_t* vector, std::size_t vectors_count = 1) const { return get_(key, vector, vectors_count, casts_.to.e3m2); }
     std::size_t get(vector_key_t key, e2m3_t* vector, std::size_t vectors_count = 1) const { return get_(key, vector, vectors_count, casts_.to.e2m3); }
     std::size_t get(vector_key_t key, i8_t* vector, std::size_t vectors_count = 1) const { return get_(key, vector, vectors_count, casts_.to.i8); }
+    std::size_t get_many(vector_key_t const* keys, std::size_t count, i8_t* vectors, std::uint8_t* found) const { return get_many_(keys, count, vectors, found, casts_.to.i8); }
     std::size_t get(vector_key_t key, u8_t* vector, std::size_t vectors_count = 1) const { return get_(key, vector, vectors_count, casts_.to.u8); }
     std::size_t get(vector_key_t key, b1x8_t* vector, std::size_t vectors_count = 1) const { return get_(key, vector, vectors_count, casts_.to.b1x8); }
 
@@ -2404,6 +2405,62 @@ class index_dense_gt {
                 slot_lookup_.try_emplace(key_and_slot_t{vector_key_t(member.key), member_slot});
         }
         return true;
+    }
+
+    /**
+     *  @brief  The vectors of @p count keys, one each, into @p reconstructed, whether each was
+     *          there into @p found (triton-face's patch, see vendor/README.md). Each lookup's
+     *          lines are asked of the cache for a piece of keys before any is read, so their
+     *          misses overlap: `get` one key after another waits for each in turn.
+     */
+    template <typename scalar_at>
+    std::size_t get_many_(vector_key_t const* keys, std::size_t count, scalar_at* reconstructed,
+                          std::uint8_t* found, cast_punned_t const& cast) const {
+        constexpr std::size_t piece = 64;
+        compressed_slot_t slots[piece];
+        byte_t const* vectors[piece];
+        std::size_t const bytes = metric_.bytes_per_vector();
+        std::size_t exported = 0;
+        for (std::size_t first = 0; first < count; first += piece) {
+            std::size_t const n = (std::min)(piece, count - first);
+            if (multi()) {
+                for (std::size_t i = 0; i != n; ++i) {
+                    scalar_at* out = reconstructed + (first + i) * dimensions();
+                    found[first + i] = get_(keys[first + i], out, 1, cast) ? 1 : 0;
+                    exported += found[first + i];
+                }
+                continue;
+            }
+            {
+                shared_lock_t lock(slot_lookup_mutex_);
+                for (std::size_t i = 0; i != n; ++i)
+                    slot_lookup_.prefetch(key_and_slot_t::any_slot(keys[first + i]));
+                for (std::size_t i = 0; i != n; ++i) {
+                    auto it = slot_lookup_.find(key_and_slot_t::any_slot(keys[first + i]));
+                    found[first + i] = it != slot_lookup_.end() ? 1 : 0;
+                    slots[i] = found[first + i] ? (*it).slot : 0;
+                }
+            }
+            for (std::size_t i = 0; i != n; ++i)
+                if (found[first + i])
+                    usearch_prefetch_m(&vectors_lookup_[slots[i]]);
+            for (std::size_t i = 0; i != n; ++i) {
+                if (!found[first + i])
+                    continue;
+                vectors[i] = reinterpret_cast<byte_t const*>(vectors_lookup_[slots[i]]);
+                for (std::size_t offset = 0; offset < bytes; offset += 64)
+                    usearch_prefetch_m(vectors[i] + offset);
+            }
+            for (std::size_t i = 0; i != n; ++i) {
+                if (!found[first + i])
+                    continue;
+                byte_t* out = (byte_t*)(reconstructed + (first + i) * dimensions());
+                if (!cast(vectors[i], dimensions(), out))
+                    std::memcpy(out, vectors[i], bytes);
+                ++exported;
+            }
+        }
+        return exported;
     }
 
     template <typename scalar_at>

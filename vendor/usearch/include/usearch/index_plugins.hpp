@@ -4181,6 +4181,17 @@ class flat_hash_multi_set_gt {
         return count; // Return the number of elements removed
     }
 
+    /// @brief  Asks the cache for the slot a lookup of @p query probes first (triton-face's
+    ///         patch, see vendor/README.md): a batch of lookups then waits for its misses together.
+    template <typename similar_at> void prefetch(similar_at&& query) const noexcept {
+        if (!capacity_slots_)
+            return;
+        std::size_t slot_index = hash_t{}(query) & (capacity_slots_ - 1);
+        slot_ref_t slot = slot_ref(slot_index);
+        usearch_prefetch_m(&slot.header);
+        usearch_prefetch_m(&slot.element);
+    }
+
     template <typename similar_at> element_t const* find(similar_at&& query) const noexcept {
 
         if (!capacity_slots_)
