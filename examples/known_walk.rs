@@ -3,8 +3,9 @@
 //! distance) from a stored person, each query timed with the caches emptied
 //! before it (512 MB written; on a VM that also pushes the index out
 //! beyond the caches, so a read costs more than in a server: see
-//! docs/benchmarks.md, "This VM's memory"), in turn alone and with the second look's scan begun beside it
-//! (`nearest_then_signs`), and once again at once (warm). Then an unknown face's two
+//! docs/benchmarks.md, "This VM's memory"), in turn alone and with the
+//! second look's scan begun beside it (`nearest_then_signs`), and once
+//! again at once (warm). Then an unknown face's two
 //! looks (`nearest_then_signs`: the walk, then the scan of every sign) for
 //! random unit queries, cold, in turn one after the other and with the
 //! scan begun beside the walk. Prints the p50s per round and how often the
