@@ -136,8 +136,9 @@ fn host_has_avx2() -> bool {
     false
 }
 
-/// usearch's arenas in huge pages (src/gallery/huge_pages.c): its `mmap`
-/// and `munmap` calls go to `__wrap_mmap` and `__wrap_munmap`, for every target that links the library.
+/// usearch's arenas and lookup tables in huge pages (src/gallery/huge_pages.c):
+/// its `mmap`, `munmap` and `aligned_alloc` calls go to `__wrap_*`, for every
+/// target that links the library.
 /// Whole-archive: the wrapper must be in the link before usearch asks for it.
 fn build_huge_pages() {
     let file = "src/gallery/huge_pages.c";
@@ -146,7 +147,7 @@ fn build_huge_pages() {
         .file(file)
         .link_lib_modifier("+whole-archive")
         .compile("triton_face_huge_pages");
-    println!("cargo:rustc-link-arg=-Wl,--wrap=mmap,--wrap=munmap");
+    println!("cargo:rustc-link-arg=-Wl,--wrap=mmap,--wrap=munmap,--wrap=aligned_alloc");
 }
 
 /// Compiles our C++ fence around dlib (src/engine/dlib/shim.cpp), links it

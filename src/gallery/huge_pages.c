@@ -13,6 +13,15 @@
  * there a huge page would make each small touch cost 2 MiB. The rest of the
  * server is not affected; with THP "never" the advice does nothing.
  *
+ * usearch's lookup tables (a pointer per slot to its vector and to its node,
+ * the key-to-slot hash: 48 MiB at a million) come from aligned_alloc, that
+ * is from glibc's heap, in 4 KiB pages: a walk reads a vector's pointer
+ * before the vector, and that read was its costliest instruction. So
+ * --wrap=aligned_alloc too: the whole 2 MiB pages inside a large block are
+ * advised. Such a block is freed by free(), which this file does not see: a
+ * deferred advice may then reach memory reused by someone else, where it
+ * changes the page size only (MADV_COLLAPSE keeps every byte).
+ *
  * While a thread reads an index from its file (triton_face_huge_pages_defer),
  * the advice waits: a huge page faulted in where the hypervisor took back the
  * guest's free memory (virtio-balloon free page reporting) cost 1 to 4 s
@@ -111,6 +120,22 @@ __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, 
         advise(mapped, len, MADV_HUGEPAGE);
     }
     return mapped;
+}
+
+void *__real_aligned_alloc(size_t alignment, size_t size);
+
+/* aligned_alloc, then MADV_HUGEPAGE on the whole 2 MiB pages inside a large
+ * block (or remembered for later while this thread reads an index). */
+__attribute__((visibility("hidden"))) void *__wrap_aligned_alloc(size_t alignment, size_t size) {
+    void *block = __real_aligned_alloc(alignment, size);
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t start = ((uintptr_t)block + huge - 1) & ~(huge - 1);
+    uintptr_t end = ((uintptr_t)block + size) & ~(huge - 1);
+    if (block != NULL && size >= ADVISED_FROM && start < end &&
+        !remember((void *)start, end - start)) {
+        advise((void *)start, end - start, MADV_HUGEPAGE);
+    }
+    return block;
 }
 
 /* munmap; a remembered region it touches is forgotten, and one being

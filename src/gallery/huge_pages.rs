@@ -42,7 +42,8 @@ impl Deferred {
         }
         let collapse = move || {
             // SAFETY: advice to the kernel over regions huge_pages.c
-            // recorded and forgets when unmapped; it changes no content.
+            // recorded (and forgets when it sees them unmapped); it
+            // changes no content.
             unsafe { triton_face_huge_pages_collapse(token, 1) };
         };
         match thread::Builder::new()
@@ -129,5 +130,32 @@ mod tests {
         assert!(flags_at(addr as usize).contains(" hg"), "not advised after");
         // SAFETY: the mapping made above, no longer used.
         assert_eq!(unsafe { libc::munmap(addr, len) }, 0);
+    }
+
+    #[test]
+    fn large_aligned_blocks_are_advised_now_or_after_a_deferral() {
+        // usearch's lookup tables come from aligned_alloc (glibc's heap).
+        // Past glibc's largest mmap threshold (32 MiB), each block is a
+        // new mapping: none of another test's advice is reused.
+        let len = 64 << 20;
+        let huge_page_inside =
+            |block: *mut libc::c_void| (block as usize + (2 << 20)) & !((2 << 20) - 1);
+        for deferring in [false, true] {
+            let deferred = deferring.then(Deferred::begin);
+            // SAFETY: 64 is a power of two and `len` a multiple of it; freed below.
+            let block = unsafe { libc::aligned_alloc(64, len) };
+            assert!(!block.is_null());
+            let advised = flags_at(huge_page_inside(block)).contains(" hg");
+            assert_eq!(advised, !deferring, "advised at once: {advised}");
+            if let Some(thread) = deferred.and_then(Deferred::collapse) {
+                thread.join().unwrap();
+            }
+            assert!(
+                flags_at(huge_page_inside(block)).contains(" hg"),
+                "deferring: {deferring}"
+            );
+            // SAFETY: the block allocated above, no longer used.
+            unsafe { libc::free(block) };
+        }
     }
 }
