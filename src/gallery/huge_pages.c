@@ -139,8 +139,8 @@ __attribute__((visibility("hidden"))) void *__wrap_aligned_alloc(size_t alignmen
 }
 
 /* munmap; a remembered region it touches is forgotten, and one being
- * collapsed is waited for, so no advice ever reaches memory mapped there
- * later by someone else. */
+ * collapsed is waited for, so no advice reaches memory unmapped here and
+ * mapped again by someone else (an aligned_alloc block's: see the top). */
 __attribute__((visibility("hidden"))) int __wrap_munmap(void *addr, size_t len) {
     if (__atomic_load_n(&deferred_count, __ATOMIC_ACQUIRE) > 0 ||
         __atomic_load_n(&in_flight.len, __ATOMIC_ACQUIRE) > 0) {
