@@ -110,14 +110,22 @@ static int remember(void *addr, size_t len) {
     return kept;
 }
 
+/* MADV_HUGEPAGE on `len` bytes at `addr`, or remembered for later while
+ * this thread reads an index. */
+static void advise_now_or_later(void *addr, size_t len) {
+    if (!remember(addr, len)) {
+        advise(addr, len, MADV_HUGEPAGE);
+    }
+}
+
 /* mmap, then MADV_HUGEPAGE on a large committed anonymous mapping (or
  * remembered for later while this thread reads an index). */
 __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, int prot, int flags,
                                                         int fd, off_t offset) {
     void *mapped = __real_mmap(addr, len, prot, flags, fd, offset);
     int committed = (flags & MAP_ANONYMOUS) && !(flags & MAP_NORESERVE);
-    if (mapped != MAP_FAILED && committed && len >= ADVISED_FROM && !remember(mapped, len)) {
-        advise(mapped, len, MADV_HUGEPAGE);
+    if (mapped != MAP_FAILED && committed && len >= ADVISED_FROM) {
+        advise_now_or_later(mapped, len);
     }
     return mapped;
 }
@@ -131,9 +139,8 @@ __attribute__((visibility("hidden"))) void *__wrap_aligned_alloc(size_t alignmen
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t start = ((uintptr_t)block + huge - 1) & ~(huge - 1);
     uintptr_t end = ((uintptr_t)block + size) & ~(huge - 1);
-    if (block != NULL && size >= ADVISED_FROM && start < end &&
-        !remember((void *)start, end - start)) {
-        advise((void *)start, end - start, MADV_HUGEPAGE);
+    if (block != NULL && size >= ADVISED_FROM && start < end) {
+        advise_now_or_later((void *)start, end - start);
     }
     return block;
 }
