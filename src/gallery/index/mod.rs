@@ -31,7 +31,7 @@ mod strays;
 mod test_vectors;
 
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
@@ -62,6 +62,14 @@ pub const EXACT_UP_TO: usize = 20_000;
 const CONNECTIVITY: usize = 24;
 const EXPANSION_ADD: usize = 128;
 pub const EXPANSION_SEARCH: usize = 48;
+/// The first look's breadth when the second look's scan runs beside it (a
+/// spare core): the walk then has only to name the faces it names at once,
+/// the scan finds the rest, and every node the walk reads takes memory
+/// bandwidth and a core from the scan. At the saved million, alternated
+/// query by query in one process (`examples/beside_breadth.rs`): an unknown
+/// face's two looks 9-10% shorter than 48 wide, a known face's look 22-29%,
+/// every known face still named (docs/benchmarks.md, "Gallery at scale").
+pub const BESIDE_SCAN_SEARCH: usize = 24;
 
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
@@ -91,6 +99,10 @@ pub struct VectorIndex {
     metric: Metric,
     dim: usize,
     exact_up_to: usize,
+    /// The first look's breadth (`EXPANSION_SEARCH`), and its breadth with
+    /// the scan beside it (`BESIDE_SCAN_SEARCH`); the benches change them.
+    breadth: AtomicUsize,
+    beside: AtomicUsize,
     /// The thread moving a loaded index into huge pages (`huge_pages.rs`).
     collapsing: Option<JoinHandle<()>>,
 }
@@ -134,7 +146,9 @@ fn options_shaped(metric: Metric, dim: usize, shape: Shape) -> Result<IndexOptio
         quantization: shape.quantization,
         connectivity: shape.connectivity,
         expansion_add: shape.expansion_add,
-        expansion_search: EXPANSION_SEARCH,
+        // usearch looks as wide as the hits it is asked for, at least this:
+        // each walk asks for its own breadth's worth (`search.rs`).
+        expansion_search: BESIDE_SCAN_SEARCH,
         multi: false,
     })
 }
@@ -249,6 +263,8 @@ impl VectorIndex {
             metric,
             dim,
             exact_up_to: EXACT_UP_TO,
+            breadth: AtomicUsize::new(EXPANSION_SEARCH),
+            beside: AtomicUsize::new(BESIDE_SCAN_SEARCH),
             collapsing: None,
         })
     }
@@ -258,9 +274,33 @@ impl VectorIndex {
         self.read().hardware_acceleration()
     }
 
-    /// How broad a graph search is (the bench sweeps it).
+    /// How broad the first look's walk is (the bench sweeps it).
     pub fn set_expansion_search(&self, n: usize) {
-        self.write().change_expansion_search(n);
+        self.breadth.store(n, Ordering::Relaxed);
+        self.narrowest_to_usearch();
+    }
+
+    /// How broad the first look's walk is when the scan runs beside it.
+    pub fn set_beside_search(&self, n: usize) {
+        self.beside.store(n, Ordering::Relaxed);
+        self.narrowest_to_usearch();
+    }
+
+    /// usearch looks as wide as the hits it is asked for and at least as
+    /// its own breadth: that is the narrowest of ours.
+    fn narrowest_to_usearch(&self) {
+        let narrowest = self.beside_breadth().max(1);
+        self.write().change_expansion_search(narrowest);
+    }
+
+    /// The first look's breadth.
+    fn breadth(&self) -> usize {
+        self.breadth.load(Ordering::Relaxed)
+    }
+
+    /// The first look's breadth with the scan beside it.
+    fn beside_breadth(&self) -> usize {
+        self.breadth().min(self.beside.load(Ordering::Relaxed))
     }
 
     /// Scan up to `n` vectors instead of searching the graph (tests, bench).

@@ -77,9 +77,10 @@ impl VectorIndex {
 
     /// `nearest` and, when `again` says its hits do not name the face,
     /// `nearest_by_signs`: with `early` (a core no request uses), the sign
-    /// scan begins on a helper thread beside the walk, and stops when the
-    /// walk names the face (an unknown face at a million then pays the
-    /// longer of the two, not their sum: docs/gallery.md).
+    /// scan begins on a helper thread beside a walk `BESIDE_SCAN_SEARCH`
+    /// wide (not as wide as `nearest`'s), and stops when the walk names the face (an unknown face at a
+    /// million then pays about the longer of the two, not their sum:
+    /// docs/gallery.md).
     pub fn nearest_then_signs(
         &self,
         query: &[f32],
@@ -100,8 +101,9 @@ impl VectorIndex {
                 };
             }
         };
+        let breadth = self.beside_breadth();
         let walk = || {
-            let first = self.search_in(&index, query, count, 0, None);
+            let first = self.search_in(&index, query, count, breadth, None);
             let wanted = first.as_ref().is_ok_and(|hits| again(hits));
             (first, wanted)
         };
@@ -149,6 +151,8 @@ impl VectorIndex {
             return Ok(Vec::new());
         }
         let exact = exact.unwrap_or(index.size() <= self.exact_up_to);
+        let set = self.breadth();
+        let breadth = if breadth == 0 { set } else { breadth };
         let (mut coarse, mut fine) = split::buffers(self.dim);
         let found = match (&index.fine, exact) {
             // The i8 ranking may order near ties wrongly: the re-rank below
@@ -167,10 +171,13 @@ impl VectorIndex {
         .map_err(|e| failed("search", e))?;
         let mut keys = found.keys;
         if !exact {
+            // usearch returns as many hits as it was asked to look wide: a
+            // walk as set or narrower keeps its `count` nearest, a wider
+            // one RERANK_MORE more.
+            keys.truncate(count + if breadth > set { RERANK_MORE } else { 0 });
             // The `count` strays nearest by the stored form join the walk's
             // (re-ranking more of them cost 0.1 ms at a million and found
             // no one else: an i8 distance is within about 1e-3).
-            keys.truncate(count + RERANK_MORE);
             let strays = self.strays.read().unwrap_or_else(|e| e.into_inner());
             keys.extend(strays_near(index, &strays, query, &coarse, count)?);
             keys.sort_unstable();
@@ -266,6 +273,37 @@ mod tests {
         assert_ne!(index.nearest(&unit(1234, 64), 4).unwrap()[0].key, 1234);
         assert_eq!(index.vector(1234), None);
         assert_eq!(index.len(), 2999);
+    }
+
+    #[test]
+    fn a_walk_keeps_its_count_and_a_wider_look_more() {
+        // usearch returns as many hits as it looks wide: a walk as set, or
+        // narrower, re-ranks its `count` nearest; a wider one RERANK_MORE
+        // more. No strays (none join the walk's hits).
+        let index = VectorIndex::new(Metric::Cosine, 64)
+            .unwrap()
+            .with_exact_up_to(0);
+        for k in 0..3000u64 {
+            index.insert(k, &unit(k, 64)).unwrap();
+        }
+        assert_eq!(index.set_strays(&[], 0.0, 0).unwrap(), 0);
+        let query = unit(1234, 64);
+        for breadth in [super::super::EXPANSION_SEARCH, 8, 100, 300] {
+            index.set_expansion_search(breadth);
+            let hits = index.nearest(&query, 4).unwrap();
+            assert_eq!((hits.len(), hits[0].key), (4, 1234), "{breadth} wide");
+            let wide = index.nearest_wide(&query, 4, WIDER_SEARCH).unwrap();
+            let more = if breadth < WIDER_SEARCH {
+                RERANK_MORE
+            } else {
+                0
+            };
+            assert_eq!(
+                (wide.len(), wide[0].key),
+                (4 + more, 1234),
+                "{breadth} wide"
+            );
+        }
     }
 
     #[test]
