@@ -18,27 +18,14 @@ use std::time::{Duration, Instant};
 use triton_face::gallery::index::{Hit, VectorIndex, BESIDE_SCAN_SEARCH, EXPANSION_SEARCH};
 use triton_face::metric::Metric;
 
+#[path = "../benches/common/queries.rs"]
+mod queries;
+use queries::{noise, unit};
+
 /// Queries of each kind per breadth.
 const QUERIES: u64 = 1200;
 /// Per-value noise added to a stored vector: about 0.17 away.
 const NOISE: f32 = 0.1;
-
-/// Uniform noise in -0.5..0.5 (xorshift), `dim` values.
-fn noise(seed: u64, dim: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-    };
-    (0..dim).map(|_| next()).collect()
-}
-
-fn unit(v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.into_iter().map(|x| x / n).collect()
-}
 
 fn percentile(t: &mut [f64], q: f64) -> f64 {
     t.sort_by(|a, b| a.total_cmp(b));
