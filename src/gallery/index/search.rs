@@ -388,7 +388,10 @@ mod tests {
             let stranger = random_unit(99_999, dim);
             let hits = index.nearest_then_signs(&stranger, 4, early, far).unwrap();
             assert!(hits.len() >= SIGN_CANDIDATES, "the second look too");
-            let walked = index.nearest(&stranger, 4).unwrap();
+            // The walk as wide as the first look walked (narrower beside
+            // the scan).
+            let breadth = if early { index.beside_breadth() } else { 0 };
+            let walked = index.search(&stranger, 4, breadth, None).unwrap();
             assert!(
                 walked.iter().all(|w| hits.contains(w)),
                 "the first look's kept"
