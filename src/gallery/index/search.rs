@@ -78,9 +78,9 @@ impl VectorIndex {
     /// `nearest` and, when `again` says its hits do not name the face,
     /// `nearest_by_signs`: with `early` (a core no request uses), the sign
     /// scan begins on a helper thread beside a walk `BESIDE_SCAN_SEARCH`
-    /// wide (not as wide as `nearest`'s), and stops when the walk names the face (an unknown face at a
-    /// million then pays about the longer of the two, not their sum:
-    /// docs/gallery.md).
+    /// wide (narrower than `nearest`'s), and stops when the walk names the
+    /// face (an unknown face at a million then pays about the longer of the
+    /// two, not their sum: docs/gallery.md).
     pub fn nearest_then_signs(
         &self,
         query: &[f32],
