@@ -20,6 +20,7 @@
 #   SETUP_SKIP_APT=1     skip the Debian package step (e.g. no root and no sudo)
 #   SETUP_PYTHON=PATH    interpreter used to create .venv (default: python3)
 #   SETUP_ANY_ARCH=1     go on (untested) on a machine that is not x86_64
+#   SETUP_MIN_FREE_GB=N  free space a first build needs (default 5 GB; 0: no check)
 set -euo pipefail
 
 LOG_TAG=setup
@@ -48,6 +49,18 @@ if [ "$ARCH" != x86_64 ]; then
     why="this machine is $ARCH, but setup.sh installs x86_64 builds: perf_analyzer (PyPI wheel tritonclient==2.51.0, manylinux1_x86_64) and tritonserver (PyPI wheel nvidia-pytriton==0.7.0); only x86_64 Debian 12 is tested"
     [ "${SETUP_ANY_ARCH:-0}" = 1 ] || die "$why. Stopping. (SETUP_ANY_ARCH=1 goes on anyway, untested.)"
     warn "$why. Going on because SETUP_ANY_ARCH=1; expect perf_analyzer (and maybe tritonserver) to fail."
+fi
+
+# Room for a first build, checked before it starts: a full disk otherwise shows up 15
+# minutes later as a linker's bus error. Measured on 2026-11-30 (a fresh machine through
+# scripts/test.sh): about 6 GB written (target/ 2.4 GB, .venv 1.1 GB, assets/ 0.4 GB,
+# cargo's registry 0.3 GB, Debian's packages), 4.5 GB where the packages are already
+# there: the check asks for the least of these and a little for the linker's temporaries.
+MIN_FREE_GB="${SETUP_MIN_FREE_GB:-5}"
+if [ ! -e target/release/libtriton_face.so ]; then
+    free_gb=$(($(df -Pk "$REPO_ROOT" | awk 'NR == 2 {print $4}') / 1048576))
+    [ "$free_gb" -ge "$MIN_FREE_GB" ] ||
+        die "$REPO_ROOT has $free_gb GB free; a first set-up and build need about $MIN_FREE_GB GB or more (df -h shows where the space went). Free some, or set SETUP_MIN_FREE_GB=0 to try anyway."
 fi
 
 ASSETS="$REPO_ROOT/assets"
