@@ -20,17 +20,12 @@ use triton_face::metric::Metric;
 
 #[path = "../benches/common/queries.rs"]
 mod queries;
-use queries::{noise, unit};
+use queries::{noise, percentile, unit};
 
 /// Queries of each kind per breadth.
 const QUERIES: u64 = 1200;
 /// Per-value noise added to a stored vector: about 0.17 away.
 const NOISE: f32 = 0.1;
-
-fn percentile(t: &mut [f64], q: f64) -> f64 {
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[((t.len() - 1) as f64 * q) as usize]
-}
 
 /// Milliseconds `search` took, and what it found.
 fn timed(search: impl FnOnce() -> Vec<Hit>) -> (f64, Vec<Hit>) {

@@ -24,7 +24,7 @@ use triton_face::metric::Metric;
 
 #[path = "../benches/common/queries.rs"]
 mod queries;
-use queries::{noise, unit};
+use queries::{noise, percentile, unit};
 
 const QUERIES: u64 = 400;
 const ROUNDS: usize = 4;
@@ -33,8 +33,7 @@ const NOISE: f32 = 0.1;
 const EVICT_BYTES: usize = 512 << 20;
 
 fn p50(mut t: Vec<f64>) -> f64 {
-    t.sort_by(|a, b| a.total_cmp(b));
-    t[t.len() / 2]
+    percentile(&mut t, 0.5)
 }
 
 /// Whether the `i`-th search (two per query) begins its scan beside: each
