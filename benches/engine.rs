@@ -10,6 +10,9 @@
 //! Group "decode": ENCODED bytes to an RGB frame, the bench photo as JPEG
 //! and as PNG, WebP (lossy) and BMP (assets/formats/, made by setup.sh from
 //! it), and the RGBA PNG `32bit.png` (1 megapixel).
+//! Group "jpeg-scale": libjpeg-turbo alone, the bench photo and `obama3.jpg`
+//! (3.3 megapixels) decoded to RGB at 1/1, 1/2, 1/4 and 1/8 of their size
+//! (its DCT scaling): what a decode at the detector's scale would save.
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
 //! `analyze` (detect + landmarks + embed on the decoded frame) and
 //! `decode+analyze` (what the server does for one ENCODED request).
@@ -107,6 +110,17 @@ fn prepare(engine: &mut dyn Engine, jpeg: &[u8], photo: &Path, max_faces: usize)
     frame
 }
 
+/// The file name and bytes of `photo` (relative to the repository).
+fn read_photo(photo: &str) -> (String, Vec<u8>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(photo);
+    let bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", path.display()));
+    (
+        path.file_name().unwrap().to_string_lossy().into_owned(),
+        bytes,
+    )
+}
+
 /// Each format ENCODED accepts, decoded to an RGB frame.
 fn bench_decode(c: &mut Criterion) {
     if !selected("decode") {
@@ -124,11 +138,49 @@ fn bench_decode(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(3));
     for photo in photos {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(photo);
-        let bytes = std::fs::read(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", path.display()));
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (name, bytes) = read_photo(photo);
         group.bench_function(name, |b| b.iter(|| decode(&bytes, MAX_PIXELS)));
+    }
+    group.finish();
+}
+
+/// libjpeg-turbo's decode at a fraction of the size (TurboJPEG picks the
+/// DCT scaling from the size asked): why the backend decodes at full size
+/// (docs/benchmarks.md, Decoding).
+fn bench_jpeg_scale(c: &mut Criterion) {
+    if !selected("jpeg-scale") {
+        return;
+    }
+    let mut group = c.benchmark_group("jpeg-scale");
+    group.throughput(Throughput::Elements(1));
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for photo in [
+        "assets/photos/obama_640x480.jpg",
+        "assets/photos/obama3.jpg",
+    ] {
+        let (name, bytes) = read_photo(photo);
+        let header = turbojpeg::read_header(&bytes).expect("the photo's JPEG header");
+        for denominator in [1, 2, 4, 8] {
+            let (width, height) = (
+                header.width.div_ceil(denominator),
+                header.height.div_ceil(denominator),
+            );
+            let mut rgb = vec![0u8; width * height * 3];
+            let mut decompressor = turbojpeg::Decompressor::new().expect("a decompressor");
+            group.bench_function(format!("{name} 1/{denominator}"), |b| {
+                b.iter(|| {
+                    let image = turbojpeg::Image {
+                        pixels: rgb.as_mut_slice(),
+                        width,
+                        pitch: width * 3,
+                        height,
+                        format: turbojpeg::PixelFormat::RGB,
+                    };
+                    decompressor.decompress(&bytes, image).expect("decoded")
+                })
+            });
+        }
     }
     group.finish();
 }
@@ -442,6 +494,7 @@ fn bench_onnx_batch(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_decode,
+    bench_jpeg_scale,
     bench_dlib,
     bench_onnx,
     bench_onnx_batch
