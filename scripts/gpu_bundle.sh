@@ -16,7 +16,7 @@
 # (scripts/portable_lib.sh) and onnxruntime-gpu's CUDA build; the sample ONNX models and dlib
 # weights; the sample photos, the sample video's frames and truth; perf_analyzer; wheels of
 # tritonclient and its dependencies for CPython 3.11 and 3.12 (--pythons); the check's model
-# configs (repos/) and gpu_check.sh with check/check.py and check/sweep.py.
+# configs (repos/) and gpu_check.sh with check/check.py, check/sweep.py and check/streams.py.
 #
 # Runs scripts/setup.sh and scripts/build.sh first (quick when done); downloads, once, into
 # assets/gpu/: onnxruntime-gpu's libraries (scripts/gpu_assets.tsv) and the client wheels
@@ -113,7 +113,7 @@ install -m 0644 "$FACE_ASSETS"/onnx/*.onnx "$B/models/onnx/"
 install -m 0644 "$FACE_WEIGHTS/dlib_face_recognition_resnet_model_v1.dat" \
     "$FACE_WEIGHTS/shape_predictor_5_face_landmarks.dat" "$B/models/dlib/"
 install -m 0644 "$FACE_PHOTOS"/* "$B/photos/"
-for model in face face_onnx face_sequence; do
+for model in face face_onnx face_onnx_sequence; do
     install -m 0644 "model_repository/$model/config.pbtxt" "$B/repos/$model.pbtxt"
 done
 run_logged "$LOGS/gpu-bundle.log" "$PYTHON" scripts/gpu_check/inputs.py \
@@ -121,7 +121,7 @@ run_logged "$LOGS/gpu-bundle.log" "$PYTHON" scripts/gpu_check/inputs.py \
 
 log "the check and the client wheels"
 install -D -m 0755 scripts/gpu_check/gpu_check.sh "$B/gpu_check.sh"
-install -D -m 0644 scripts/gpu_check/check.py scripts/gpu_check/sweep.py \
+install -D -m 0644 scripts/gpu_check/check.py scripts/gpu_check/sweep.py scripts/gpu_check/streams.py \
     scripts/gpu_check/requirements.txt -t "$B/check/"
 install -D -m 0644 "$GPU_ASSETS"/wheels/*.whl -t "$B/wheels/"
 install -m 0644 scripts/gpu_check/README.txt "$B/README.txt"

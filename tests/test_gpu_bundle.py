@@ -2,7 +2,7 @@
 of at most 60 MB that match their SHA-256 list, it unpacks with cat, xz and tar alone, the
 backend in it needs nothing from the system beyond glibc and the C++ runtime, and its check
 (`gpu_check.sh --cpu`) serves the sample photos, the sample video, the dlib engine and
-perf_analyzer from the unpacked bundle alone, in a bare environment: no .venv, no assets/, no
+perf_analyzer (its sweep and its video streams too) from the unpacked bundle alone, in a bare environment: no .venv, no assets/, no
 path of the checkout, LD_LIBRARY_PATH empty.
 
 The suite packs with `xz -0` (GPU_BUNDLE_XZ) and without onnxruntime's CUDA provider
@@ -94,7 +94,8 @@ def test_the_backend_needs_only_glibc_and_libstdcxx_from_the_system(bundle):
 def test_gpu_check_cpu_serves_from_the_bundle_alone(bundle):
     """gpu_check.sh --cpu, started with nothing of the checkout: every check passes."""
     done = subprocess.run(["bash", "gpu_check.sh", "--cpu", "--perf-ms", "500", "--sweep", "1x1b2",
-                           "--sweep-inputs", "image image-shm encoded", "--sweep-concurrency", "4"],
+                           "--sweep-inputs", "image image-shm encoded", "--sweep-concurrency", "4",
+                           "--streams", "2", "--streams-instances", "1"],
                           cwd=bundle,
                           env=bare_env(bundle), capture_output=True, text=True, timeout=600)
     summary_file = bundle / "out" / "summary.md"
@@ -109,6 +110,12 @@ def test_gpu_check_cpu_serves_from_the_bundle_alone(bundle):
     for source in ("image", "image-shm", "encoded"):
         row = rf"^\| CPU 1 x 1, batch 2 \| {source} \| 4 \| 1 \| \d+\.\d \|"
         assert re.search(row, sweep, re.M), sweep
+    # The streams (--streams): 2 sequences of the video's JPEG frames at 20 requests/s in
+    # all, answered (whether 95% were is the machine's: not asserted).
+    streams = (bundle / "out" / "streams.md").read_text()
+    assert "150 JPEG frames" in streams, streams
+    row = re.search(r"^\| 2 \| 20 \| (\d+\.\d) \| (yes|no) \|", streams, re.M)
+    assert row and float(row[1]) > 0, streams
     # Nothing of the checkout was used: the server loaded the bundle's own libraries.
     log = (bundle / "out" / "server.log").read_text()
     assert str(REPO_ROOT) not in log, "the server log names a path of the checkout"

@@ -3,9 +3,9 @@
 client and the CUDA libraries first). From the bundle alone it:
 
   1. writes a model repository: face_onnx_cpu (KIND_CPU) beside face_onnx_gpu, the ONNX
-     engine on onnxruntime's CUDA provider, face_sequence_gpu (the ONNX engine under
-     Triton's sequence batcher), face_dlib_gpu (the dlib engine), and face_onnx_too_new
-     (min_compute_capability above any card);
+     engine on onnxruntime's CUDA provider, face_sequence_gpu (the shipped
+     face_onnx_sequence: the ONNX engine under Triton's sequence batcher), face_dlib_gpu
+     (the dlib engine), and face_onnx_too_new (min_compute_capability above any card);
   2. starts the bundle's tritonserver on it and loads the models one by one;
   3. sends the sample photos to the CPU and the GPU model and compares the answers (same
      faces and names, boxes within 2 px, distances within 0.01), with per-stage timings;
@@ -75,15 +75,6 @@ def configure(template: str, name: str, kind: str, count: int, **settings) -> st
     return config
 
 
-def onnx_parameters(template: str) -> dict[str, str]:
-    """The ONNX engine's parameters of the sample face_onnx model."""
-    keys = ("engine", "detector_family", "detector_model", "landmark_model", "embedder_model",
-            "detector_threshold", "nms_iou", "detector_channels", "embedder_channels",
-            "match_threshold")
-    found = dict(re.findall(r'key: "(\w+)"\s+value: \{ string_value: "([^"]*)" \}', template))
-    return {k: found[k] for k in keys}
-
-
 def write_model(root: Path, name: str, config: str, engine: str) -> None:
     model = root / name
     (model / "1").mkdir(parents=True)
@@ -103,7 +94,7 @@ def model_repository(root: Path, gpu: str, cores: int) -> dict[str, str]:
     templates = BUNDLE / "repos"
     onnx = (templates / "face_onnx.pbtxt").read_text()
     dlib = (templates / "face.pbtxt").read_text()
-    sequence = (templates / "face_sequence.pbtxt").read_text()
+    sequence = (templates / "face_onnx_sequence.pbtxt").read_text()
     # The CPU model uses every core: instances x threads, one engine per thread.
     threads = 4
     cpu_instances = max(1, cores // threads)
@@ -116,11 +107,8 @@ def model_repository(root: Path, gpu: str, cores: int) -> dict[str, str]:
                                     queue_delay_us=500, batch_threads=1), "onnx"),
         "face_dlib_gpu": (configure(dlib, "face_dlib_gpu", gpu, 1), "dlib"),
     }
-    sequence_onnx = re.sub(r'^parameters \{ key: "(engine|detector|weights_dir)".*\n', "",
-                           sequence, flags=re.M)
-    sequence_onnx = configure(sequence_onnx, "face_sequence_gpu", gpu, 1,
-                              **onnx_parameters(onnx))
-    models["face_sequence_gpu"] = (sequence_onnx, "onnx")
+    # The shipped ONNX sequence model (its cadence, its models' batch freed at load).
+    models["face_sequence_gpu"] = (configure(sequence, "face_sequence_gpu", gpu, 1), "onnx")
     if gpu == "KIND_GPU":
         models["face_onnx_too_new"] = (configure(onnx, "face_onnx_too_new", gpu, 1,
                                                  min_compute_capability=TOO_NEW), "onnx")
@@ -235,6 +223,23 @@ def perf_command(server: Server, model: str, concurrency: int, csv_path: Path, p
             "--warmup-request-count", str(warmup * concurrency),
             "--measurement-interval", str(perf_ms), "--max-trials", str(trials),
             "--stability-percentage", "1000", "-f", str(csv_path)]
+
+
+def perf_figures(csv_path: Path) -> tuple[float, dict[str, float]]:
+    """perf_analyzer's table (`-f`): inferences/s, and p50, p99, Triton's queue and compute
+    time in ms (keys "p50", "p99", "queue", "compute")."""
+    with csv_path.open() as f:
+        row = next(csv.DictReader(f))
+    names = {"p50": "p50 latency", "p99": "p99 latency", "queue": "Server Queue",
+             "compute": "Server Compute Infer"}
+    return float(row["Inferences/Second"]), {k: float(row[v]) / 1000 for k, v in names.items()}
+
+
+def write_table(path: Path, settings: str, lines: list[str]) -> None:
+    """A measurement's table under its settings, to `path` and printed."""
+    text = f"{settings}\n\n" + "\n".join(lines) + "\n"
+    path.write_text(text)
+    print("\n" + text)
 
 
 # ---- the checks ----------------------------------------------------------------------------
@@ -401,10 +406,8 @@ class Check:
                     self.row(f"perf_analyzer {model} c{concurrency}",
                              "failed: " + log.read_text()[-400:], False)
                     continue
-                with (self.out / f"{name}.csv").open() as f:
-                    row = next(csv.DictReader(f))
-                results.append((model, concurrency, float(row["Inferences/Second"]),
-                                float(row["p50 latency"]) / 1000, float(row["p99 latency"]) / 1000))
+                per_second, ms = perf_figures(self.out / f"{name}.csv")
+                results.append((model, concurrency, per_second, ms["p50"], ms["p99"]))
         lines = ["| model | concurrency | frames/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
         lines += [f"| {m} | {c} | {fps:.1f} | {p50:.1f} | {p99:.1f} |"
                   for m, c, fps, p50, p99 in results]

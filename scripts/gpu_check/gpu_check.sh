@@ -3,6 +3,7 @@
 #
 #   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--sweep VARIANTS
 #                     [--sweep-inputs INPUTS] [--sweep-concurrency LIST] [--sweep-rounds R]]
+#                     [--streams COUNTS [--streams-instances N]]
 #
 #   --cpu            every model KIND_CPU: the same check without a GPU
 #   --cuda-libs DIR  a site-packages folder holding NVIDIA's CUDA 13 wheels (nvidia/cu13/lib,
@@ -16,6 +17,11 @@
 #                    "encoded" (JPEG); default "image-shm encoded"
 #   --sweep-concurrency  of the sweep, default "8 32 64 128"
 #   --sweep-rounds R every variant measured R times, in serpentine order (default 1)
+#   --streams COUNTS after the check (and the sweep), how many 10 fps video streams the
+#                    sequence model holds: the sample video's JPEG frames as N sequences at
+#                    10 N requests/s, for each N, e.g. "100 200 300"; out/streams.md
+#                    (check/streams.py)
+#   --streams-instances N  of the streams' model, instances of one engine (default 4)
 #
 # Needs: x86-64 Linux with glibc 2.35+, python3 (3.11 or 3.12), and for the GPU the NVIDIA
 # driver and the CUDA 13 user libraries (cudart, cuBLAS, cuRAND, cuDNN 9) as the
@@ -25,7 +31,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
-CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP= SWEEP_ARGS=()
+CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP= SWEEP_ARGS=() STREAMS= STREAMS_ARGS=()
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu) CPU=1 && shift ;;
@@ -36,6 +42,8 @@ while [ $# -gt 0 ]; do
         --sweep-inputs) SWEEP_ARGS+=(--inputs "$2") && shift 2 ;;
         --sweep-concurrency) SWEEP_ARGS+=(--concurrency "$2") && shift 2 ;;
         --sweep-rounds) SWEEP_ARGS+=(--rounds "$2") && shift 2 ;;
+        --streams) STREAMS=$2 && shift 2 ;;
+        --streams-instances) STREAMS_ARGS+=(--instances "$2") && shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" && exit 0 ;;
         *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
     esac
@@ -124,5 +132,11 @@ if [ -n "$SWEEP" ]; then
     kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
     "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --variants "$SWEEP" \
         --perf-ms "$PERF_MS" "${SWEEP_ARGS[@]}" || rc=1
+fi
+if [ -n "$STREAMS" ]; then
+    step "streams: 10 fps video streams through the sequence model"
+    kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
+    "$PYTHON" "$HERE/check/streams.py" --out "$OUT" --kind "$kind" --streams "$STREAMS" \
+        --perf-ms "$PERF_MS" "${STREAMS_ARGS[@]}" || rc=1
 fi
 exit "$rc"

@@ -18,7 +18,6 @@ Writes OUT/sweep.md; the rest goes to OUT/sweep/."""
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import shutil
 import subprocess
@@ -130,17 +129,24 @@ def perf(server: check.Server, variant: Variant, source: str, concurrency: int, 
                "--measurement-interval", str(perf_ms), "--max-trials", "5",
                "--stability-percentage", "1000", "-f", f"{name}.csv", *extra]
     head = f"| {variant.label} | {source} | {concurrency} | {round_} |"
-    with open(f"{name}.log", "w") as log, GpuSampler() as gpu:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=300)
-    if done.returncode != 0:
+    measured = measure(command, name)
+    if measured is None:
         return f"{head} failed (see sweep/{name.name}.log) | | | | | | |"
-    with open(f"{name}.csv") as f:
-        row = next(csv.DictReader(f))
-    ms = {k: float(row[k]) / 1000
-          for k in ("p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")}
-    return (f"{head} {float(row['Inferences/Second']):.1f} | {ms['p50 latency']:.1f} | "
-            f"{ms['p99 latency']:.1f} | {ms['Server Queue']:.1f} | "
-            f"{ms['Server Compute Infer']:.1f} | {gpu.columns()} |")
+    per_second, ms, gpu = measured
+    return (f"{head} {per_second:.1f} | {ms['p50']:.1f} | {ms['p99']:.1f} | "
+            f"{ms['queue']:.1f} | {ms['compute']:.1f} | {gpu} |")
+
+
+def measure(command: list[str], name: Path) -> tuple[float, dict[str, float], str] | None:
+    """perf_analyzer's `command` (its output to NAME.log, its table to NAME.csv) with the GPU
+    sampled while it runs: inferences/s, check.perf_figures' times and the GPU columns; None
+    when it failed."""
+    with open(f"{name}.log", "w") as log, GpuSampler() as gpu:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600)
+    if done.returncode != 0:
+        return None
+    per_second, ms = check.perf_figures(Path(f"{name}.csv"))
+    return per_second, ms, gpu.columns()
 
 
 def shm_model(model: str) -> str:
@@ -222,9 +228,7 @@ def main() -> int:
         server.stop()
     settings = (f"max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
                 f"{args.perf_ms} ms windows")
-    text = f"{settings}\n\n" + "\n".join(lines) + "\n"
-    (out / "sweep.md").write_text(text)
-    print("\n" + text)
+    check.write_table(out / "sweep.md", settings, lines)
     return 1 if failed else 0
 
 
