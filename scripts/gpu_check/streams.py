@@ -109,10 +109,11 @@ def main() -> int:
         if why:
             lines.append(f"| | | load failed: {' '.join(why.split())} | | | | | | | |")
             failed = True
-        for streams in counts if not why else []:
-            lines.append(perf(server, streams, data, work, args.perf_ms))
-            failed |= "failed" in lines[-1]
-            print(lines[-1], flush=True)
+        else:
+            for streams in counts:
+                lines.append(perf(server, streams, data, work, args.perf_ms))
+                failed |= "failed" in lines[-1]
+                print(lines[-1], flush=True)
     finally:
         server.stop()
     kind = "GPU" if args.kind == "KIND_GPU" else "CPU"
