@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Proves triton-face on this machine's NVIDIA GPU, from this bundle alone (under 5 minutes).
 #
-#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--sweep VARIANTS
-#                     [--sweep-inputs INPUTS] [--sweep-concurrency LIST] [--sweep-rounds R]]
-#                     [--streams COUNTS [--streams-instances N]]
+#   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--skip-check]
+#                     [--sweep VARIANTS [--sweep-inputs INPUTS] [--sweep-concurrency LIST]
+#                     [--sweep-rounds R]] [--streams COUNTS [--streams-instances N]]
 #
 #   --cpu            every model KIND_CPU: the same check without a GPU
 #   --cuda-libs DIR  a site-packages folder holding NVIDIA's CUDA 13 wheels (nvidia/cu13/lib,
 #                    nvidia/cudnn/lib, ...); default: found from python3, else LD_LIBRARY_PATH
 #   --out DIR        where everything printed goes, with summary.md (default: out/ here)
 #   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
+#   --skip-check     only what --sweep and --streams ask (the check takes about 2.5 minutes:
+#                    a second call that stays under a time limit)
 #   --sweep VARIANTS after the check, the ONNX model's throughput per "[cpu:|gpu:]NxT[bB]"
 #                    (N instances of T batch_threads, max_engine_batch B; on the GPU unless
 #                    cpu: or --cpu), e.g. "4x1b1 2x1 cpu:4x4"; out/sweep.md (check/sweep.py)
@@ -31,13 +33,14 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
-CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 SWEEP= SWEEP_ARGS=() STREAMS= STREAMS_ARGS=()
+CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 CHECK=1 SWEEP= SWEEP_ARGS=() STREAMS= STREAMS_ARGS=()
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu) CPU=1 && shift ;;
         --cuda-libs) CUDA_LIBS=$2 && shift 2 ;;
         --out) OUT=$2 && shift 2 ;;
         --perf-ms) PERF_MS=$2 && shift 2 ;;
+        --skip-check) CHECK=0 && shift ;;
         --sweep) SWEEP=$2 && shift 2 ;;
         --sweep-inputs) SWEEP_ARGS+=(--inputs "$2") && shift 2 ;;
         --sweep-concurrency) SWEEP_ARGS+=(--concurrency "$2") && shift 2 ;;
@@ -122,11 +125,15 @@ pip_wheel="$(ls "$HERE"/wheels/pip-*.whl)"
     --find-links "$HERE/wheels" --target "$CLIENT" -r "$HERE/check/requirements.txt"
 export PYTHONPATH="$CLIENT"
 
-step "check"
-args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
-[ "$CPU" = 0 ] || args+=(--cpu)
 rc=0
-"$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
+if [ "$CHECK" = 1 ]; then
+    step "check"
+    args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
+    [ "$CPU" = 0 ] || args+=(--cpu)
+    "$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
+elif [ -z "$SWEEP$STREAMS" ]; then
+    fail "--skip-check with neither --sweep nor --streams: nothing to do"
+fi
 if [ -n "$SWEEP" ]; then
     step "sweep: instances x batch_threads x max_engine_batch"
     kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
