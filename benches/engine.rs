@@ -5,12 +5,13 @@
 //!   FACE_ONNX_DIR     dir with fr_detect/fr_landmark/fr_feature.onnx
 //!                     (default <repo>/assets/onnx)
 //!   FACE_BENCH_PHOTO  the photo (default <repo>/assets/photos/obama_640x480.jpg)
-//!   FACE_BENCH_ONLY   `decode`, `engine`, `onnx` or `onnx-batch`: run only that group
+//!   FACE_BENCH_ONLY   `decode`, `jpeg-scale`, `engine`, `onnx` or `onnx-batch`: run
+//!                     only that group
 //!
 //! Group "decode": ENCODED bytes to an RGB frame, the bench photo as JPEG
 //! and as PNG, WebP (lossy) and BMP (assets/formats/, made by setup.sh from
 //! it), and the RGBA PNG `32bit.png` (1 megapixel).
-//! Group "jpeg-scale": libjpeg-turbo alone, the bench photo and `obama3.jpg`
+//! Group "jpeg-scale": libjpeg-turbo alone, `obama_640x480.jpg` and `obama3.jpg`
 //! (3.3 megapixels) decoded to RGB at 1/1, 1/2, 1/4 and 1/8 of their size
 //! (its DCT scaling): what a decode at the detector's scale would save.
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),

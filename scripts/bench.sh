@@ -127,7 +127,7 @@ if [ -z "$LIBRARY" ]; then
     LIBRARY=target/release/libtriton_face.so
 
     # In-process first: it builds from the same sources as the library just built.
-    log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~1.5 min)"
+    log "cargo bench --bench engine: dlib and onnx (log: out/bench-engine.log; ~2 min)"
     export FACE_BENCH_PHOTO="$PHOTO" FACE_ONNX_DIR="$ONNX_DIR"
     : >"$OUT/bench-engine.log"
     LOAD_ENGINE="$(cut -d' ' -f1 /proc/loadavg)"

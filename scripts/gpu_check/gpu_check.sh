@@ -51,6 +51,10 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
     esac
 done
+if [ "$CHECK" = 0 ] && [ -z "$SWEEP$STREAMS" ]; then
+    echo "gpu_check: --skip-check with neither --sweep nor --streams: nothing to do" >&2
+    exit 1
+fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd -P)"
 # Everything printed from here on also goes to out/check.log.
@@ -131,8 +135,6 @@ if [ "$CHECK" = 1 ]; then
     args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
     [ "$CPU" = 0 ] || args+=(--cpu)
     "$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
-elif [ -z "$SWEEP$STREAMS" ]; then
-    fail "--skip-check with neither --sweep nor --streams: nothing to do"
 fi
 if [ -n "$SWEEP" ]; then
     step "sweep: instances x batch_threads x max_engine_batch"

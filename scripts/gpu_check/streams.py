@@ -10,7 +10,9 @@ For each N of --streams, perf_analyzer plays N sequences of that video at 10 x N
 in all. This is its request-rate mode: each frame is sent on its schedule, answered or not.
 A row gives the frames/s answered, p50 and p99, Triton's queue and compute time, the GPU busy %
 and the most GPU memory. N streams are held when at least 95% of the 10 x N frames/s asked for
-are answered (the rule of benches/video_streams.py).
+are answered (as benches/video_streams.py counts) with a p99 under a second: perf_analyzer
+does not wait for answers, so a server a little short of the rate builds a queue that grows
+for as long as the run lasts.
 
 Writes OUT/streams.md; everything else goes to OUT/streams/."""
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sweep import measure
 MODEL = "face_sequence_streams"
 FPS = 10.0
 HOLD = 0.95  # of the frames/s asked for
+HOLD_P99_MS = 1000.0  # perf_analyzer does not wait for answers: a queue that grows shows here
 COLUMNS = ("| streams | frames/s asked | frames/s answered | held | p50 ms | p99 ms | queue ms "
            "| compute ms | GPU busy | GPU memory |")
 
@@ -70,6 +73,7 @@ def perf(server: check.Server, streams: int, data: Path, work: Path, perf_ms: in
     command = [str(check.BUNDLE / "perf_analyzer" / "run"), "-m", MODEL, "-i", "grpc",
                "-u", f"127.0.0.1:{server.grpc}", "--input-data", str(data),
                "--request-rate-range", f"{rate}:{rate}", "--num-of-sequences", str(streams),
+               "--max-threads", "16",
                "--measurement-interval", str(perf_ms), "--max-trials", "3",
                "--stability-percentage", "1000", "-f", f"{name}.csv"]
     head = f"| {streams} | {rate} |"
@@ -77,7 +81,7 @@ def perf(server: check.Server, streams: int, data: Path, work: Path, perf_ms: in
     if measured is None:
         return f"{head} failed (see streams/{name.name}.log) | | | | | | | |"
     answered, ms, gpu = measured
-    held = "yes" if answered >= HOLD * rate else "no"
+    held = "yes" if answered >= HOLD * rate and ms["p99"] <= HOLD_P99_MS else "no"
     return (f"{head} {answered:.1f} | {held} | {ms['p50']:.1f} | {ms['p99']:.1f} | "
             f"{ms['queue']:.1f} | {ms['compute']:.1f} | {gpu} |")
 

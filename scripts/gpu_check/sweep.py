@@ -43,6 +43,7 @@ IMAGE_ONLY = """input [
 ]
 """
 SHM = "image-shm"
+RUN_LIMIT_S = 180  # one perf_analyzer run
 INPUTS = {  # input name -> (perf_analyzer input file, --shape, extra arguments)
     "image": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3", []),
     "image-shm": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3",
@@ -140,9 +141,13 @@ def perf(server: check.Server, variant: Variant, source: str, concurrency: int, 
 def measure(command: list[str], name: Path) -> tuple[float, dict[str, float], str] | None:
     """perf_analyzer's `command` (its output to NAME.log, its table to NAME.csv) with the GPU
     sampled while it runs: inferences/s, check.perf_figures' times and the GPU columns; None
-    when it failed."""
+    when it failed or ran past RUN_LIMIT_S (a lent machine's command has 10 minutes)."""
     with open(f"{name}.log", "w") as log, GpuSampler() as gpu:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=600)
+        try:
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=RUN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            return None
     if done.returncode != 0:
         return None
     per_second, ms = check.perf_figures(Path(f"{name}.csv"))
