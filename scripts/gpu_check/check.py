@@ -75,6 +75,14 @@ def configure(template: str, name: str, kind: str, count: int, **settings) -> st
     return config
 
 
+def write_first_model(root: Path) -> None:
+    """The small CPU model a Server waits for (face_onnx_cpu): for a repository of the sweep's
+    or the streams' own, where the check's is not."""
+    onnx = (BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
+    write_model(root, "face_onnx_cpu", configure(onnx, "face_onnx_cpu", "KIND_CPU", 1,
+                                                 max_batch_size=32, batch_threads=1), "onnx")
+
+
 def write_model(root: Path, name: str, config: str, engine: str) -> None:
     model = root / name
     (model / "1").mkdir(parents=True)

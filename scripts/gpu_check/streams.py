@@ -4,8 +4,9 @@ after the check; also on a machine without a GPU, with --kind KIND_CPU).
 
 The model is the check's face_sequence_gpu (the shipped face_onnx_sequence: the ONNX engine
 under Triton's sequence batcher, with its cadence), here with --instances instances of one
-engine each, batches of up to --max-batch-size frames, and a candidate slot for every stream. Its input is the sample video:
-its 150 frames as JPEG (ENCODED), so that the backend decodes every frame on this machine.
+engine each, batches of up to --max-batch-size frames, and a candidate slot for every stream.
+Its input is the sample video: its 150 frames as JPEG (ENCODED), so that the backend decodes
+every frame on this machine.
 For each N of --streams, perf_analyzer plays N sequences of that video at 10 x N requests/s
 in all. This is its request-rate mode: each frame is sent on its schedule, answered or not.
 A row gives the frames/s answered, p50 and p99, Triton's queue and compute time, the GPU busy %
@@ -51,10 +52,8 @@ def video_input(path: Path) -> int:
 
 
 def write_models(models: Path, args, streams: int) -> None:
-    """The server's first model (as the check's), and the streams' sequence model."""
-    onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
-    check.write_model(models, "face_onnx_cpu", check.configure(
-        onnx, "face_onnx_cpu", "KIND_CPU", 1, max_batch_size=32, batch_threads=1), "onnx")
+    """The server's first model, and the streams' sequence model."""
+    check.write_first_model(models)
     sequence = (check.BUNDLE / "repos" / "face_onnx_sequence.pbtxt").read_text()
     config = check.configure(sequence, MODEL, args.kind, args.instances,
                              max_batch_size=args.max_batch_size, batch_threads=1,
@@ -102,7 +101,6 @@ def main() -> int:
     work = out / "streams"  # its server's log, perf_analyzer's files, the model
     shutil.rmtree(work, ignore_errors=True)
     write_models(work / "models", args, max(counts))
-    work.mkdir(parents=True, exist_ok=True)
     data = work / "video-ENCODED.json"
     frames = video_input(data)
     lines = [COLUMNS, "|---|---|---|---|---|---|---|---|---|---|"]

@@ -160,9 +160,7 @@ def shm_model(model: str) -> str:
 
 def write_models(models: Path, variants: list[Variant], args, shm: bool) -> None:
     onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
-    # The server starts with one small CPU model loaded, as the check's.
-    check.write_model(models, "face_onnx_cpu", check.configure(
-        onnx, "face_onnx_cpu", "KIND_CPU", 1, max_batch_size=32, batch_threads=1), "onnx")
+    check.write_first_model(models)
     for v in variants:
         settings = {"batch_threads": v.threads}
         if v.batch:
