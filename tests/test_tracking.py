@@ -2,8 +2,9 @@
 frames of the sample video and of a second video made the same way (two faces crossing): every-
 frame cadence answers as the `face` model does, a face that appears between detections is found at
 the next one, one that leaves ends its track within `detect_every` frames, crossing faces keep
-their names, a face the detector misses keeps its track, a camera's swaying, growing faces are
-named, bad values are refused for their request alone.
+their names, a face the detector misses keeps its track, a tracked face obeys `max_faces` and
+`min_face_size` as a detected one does, a camera's swaying, growing faces are named, bad values
+are refused for their request alone.
 """
 
 from __future__ import annotations
@@ -204,16 +205,30 @@ def test_cadence_is_for_sequence_models(http, frames):
                                  parameters={"detect_every": 3}), "detect_every", "sequence")
 
 
+def covered(rgb: np.ndarray, boxes: list[dict]) -> np.ndarray:
+    """`rgb` with each face in `boxes` covered from brow to mouth (15% to 75% of its box's height)
+    by a flat patch of its own mean colour: neither engine's detector finds such a face, and its
+    tracker still holds it."""
+    out = rgb.copy()
+    for b in boxes:
+        left, top, right, bottom = (int(b[k]) for k in ("left", "top", "right", "bottom"))
+        face = out[top:bottom, left:right]
+        height = bottom - top
+        rows = slice(top + int(0.15 * height), top + int(0.75 * height))
+        out[rows, left:right] = face.reshape(-1, 3).mean(axis=0).astype(np.uint8)
+    return out
+
+
 def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
-    """Frames 50-58 (obama at the left, biden at the right, both still), detecting every 4th: the
-    detection at 54 is made to miss both faces (`min_face_size` above the frame's side). Their
-    trackers still hold them, so both tracks go on (`track_shadow_rounds`, 2 as shipped): the
-    faces are answered as tracked, with their tracks and names, and 58's detection finds them in
-    the same tracks."""
-    docs = [step(http, 105, frames[f], start=f == 50, end=f == 58,
-                 **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {}),
-                 **({"min_face_size": 65536} if f == 54 else {}))
-            for f in range(50, 59)]
+    """Frames 50-58 (obama at the left, biden at the right, both still), detecting every 4th: at
+    54 both faces are covered (`covered`), so the detection misses them. Their trackers still hold
+    them, so both tracks go on (`track_shadow_rounds`, 2 as shipped): the faces are answered as
+    tracked, with their tracks and names, and 58's detection finds them in the same tracks."""
+    docs = []
+    for f in range(50, 59):
+        rgb = covered(frames[f], [d["box"] for d in docs[0]["faces"]]) if f == 54 else frames[f]
+        docs.append(step(http, 105, rgb, start=f == 50, end=f == 58,
+                         **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {})))
     seen = [sorted((d["name"], d["track"], d["source"]) for d in doc["faces"]) for doc in docs]
     first = sorted((name, track) for name, track, _ in seen[0])
     assert [name for name, _ in first] == ["biden", "obama"], seen[0]
@@ -221,3 +236,24 @@ def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
         assert sorted((n, t) for n, t, _ in faces) == first, f"frame {50 + i}: {faces}"
         want = "detected" if i in (0, 8) else "tracked"
         assert all(s == want for _, _, s in faces), f"frame {50 + i}: {faces}"
+
+
+def test_tracked_faces_are_dropped_as_detected_ones_are(http, frames):
+    """`max_faces` and `min_face_size` hold between detections too (frames 50-55, detecting every
+    4th): at 51 `max_faces` 1 keeps the larger face, at 52 `min_face_size` drops both, and their
+    tracks let go, so 53 answers none; the detection at 54 finds both again, in their tracks."""
+    asked = {51: {"max_faces": 1}, 52: {"min_face_size": 65536}}
+    docs = [step(http, 106, frames[f], start=f == 50, end=f == 55,
+                 **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {}),
+                 **asked.get(f, {}))
+            for f in range(50, 56)]
+    assert [len(doc["faces"]) for doc in docs] == [2, 1, 0, 0, 2, 2], docs
+
+    def area(face: dict) -> float:
+        b = face["box"]
+        return (b["right"] - b["left"]) * (b["bottom"] - b["top"])
+
+    larger = max(docs[0]["faces"], key=area)
+    assert [(f["track"], f["source"]) for f in docs[1]["faces"]] == [(larger["track"], "tracked")]
+    tracks = [sorted((f["name"], f["track"]) for f in docs[i]["faces"]) for i in (0, 4)]
+    assert tracks[0] == tracks[1], tracks

@@ -200,7 +200,8 @@ impl SequenceState {
                 ..work.wanted
             }),
             false => {
-                pending.held = self.held(std::mem::take(&mut pending.carried));
+                let held = self.held(std::mem::take(&mut pending.carried));
+                pending.held = self.as_wanted(held, 0, &work.wanted);
                 Ask::Landmarks(pending.held.iter().map(|&(_, b)| b).collect())
             }
         };
@@ -218,7 +219,7 @@ impl SequenceState {
         let n = self.frames;
         let carried = std::mem::take(&mut pending.carried);
         (pending.track_of, pending.shadows) = match pending.detect {
-            true => self.detected(&faces, carried, &work.limits),
+            true => self.detected(&faces, carried, work),
             false => (
                 pending.held.iter().map(|&(t, _)| Some(t)).collect(),
                 Vec::new(),
@@ -338,14 +339,16 @@ impl SequenceState {
 
     /// A detection frame's faces, each with the track whose carried box it
     /// overlaps most. A track no face overlaps is shadowed (second, with its
-    /// box) while its tracker holds its face and it missed fewer than
-    /// `shadow_rounds` detections in a row; the others end.
+    /// box) while its tracker holds its face, it missed fewer than
+    /// `shadow_rounds` detections in a row and the request wants its box
+    /// (`as_wanted`); the others end.
     fn detected(
         &mut self,
         faces: &[Face],
         carried: Vec<(usize, BoxPx, f32)>,
-        limits: &Limits,
+        work: &Work<'_>,
     ) -> (Vec<Option<usize>>, Vec<(usize, BoxPx)>) {
+        let limits = &work.limits;
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (f, face) in faces.iter().enumerate() {
             for &(t, bbox, _) in &carried {
@@ -377,7 +380,37 @@ impl SequenceState {
                 track.follow = None;
             }
         }
+        let shadows = self.as_wanted(shadows, faces.len(), &work.wanted);
         (track_of, shadows)
+    }
+
+    /// Of the tracked `boxes`, those the request wants beside `detected`
+    /// faces, in their order: large enough (`min_face_size`), and the largest
+    /// while there is room (`max_faces`, else `max_faces_per_image`). The
+    /// other tracks let go, their faces dropped as the detector drops them.
+    fn as_wanted(
+        &mut self,
+        boxes: Vec<(usize, BoxPx)>,
+        detected: usize,
+        wanted: &Wanted,
+    ) -> Vec<(usize, BoxPx)> {
+        let room = wanted.max_faces.unwrap_or(wanted.limit);
+        let room = Wanted {
+            max_faces: Some(room.saturating_sub(detected)),
+            ..*wanted
+        };
+        // With `max_faces` set, `choose` keeps the largest and cannot fail.
+        let chosen = room
+            .choose((0..boxes.len()).collect(), |&i| boxes[i].1)
+            .unwrap_or_default();
+        let mut kept = Vec::with_capacity(chosen.len());
+        for (i, (t, b)) in boxes.into_iter().enumerate() {
+            match chosen.contains(&i) {
+                true => kept.push((t, b)),
+                false => self.tracks[t].follow = None,
+            }
+        }
+        kept
     }
 
     /// Whether a tracker's box still holds its face: sure enough, its centre
@@ -630,11 +663,16 @@ mod tests {
     /// A grey 320x240 frame with a dark checked square (a "face") at `x`
     /// (none: `None`); `missed`: the detector is made to miss it.
     fn square_frame(x: Option<u32>, missed: bool) -> Frame {
+        let square: Vec<(u32, u32)> = x.map(|x| (x, 60)).into_iter().collect();
+        squares_frame(&square, missed)
+    }
+
+    /// `square_frame` with a square at each `(x, side)`, its top at 80.
+    fn squares_frame(squares: &[(u32, u32)], missed: bool) -> Frame {
         let (w, h) = (320u32, 240u32);
         let mut rgb = vec![200u8; (w * h * 3) as usize];
-        for y in 80..140 {
-            for dx in 0..60 {
-                let Some(x) = x else { break };
+        for &(x, side) in squares {
+            for (y, dx) in (80..80 + side).flat_map(|y| (0..side).map(move |dx| (y, dx))) {
                 let v = if (dx / 10 + y / 10) % 2 == 0 { 20 } else { 90 };
                 let i = ((y * w + x + dx) * 3) as usize;
                 rgb[i..i + 3].fill(v);
@@ -648,8 +686,9 @@ mod tests {
         }
     }
 
-    /// Finds `square_frame`'s square, unless the frame says to miss it;
-    /// landmarks at any box; one embedding for every face.
+    /// Finds `squares_frame`'s squares (those the request wants), unless
+    /// the frame says to miss them; landmarks at any box; one embedding for
+    /// every face.
     struct Squares;
 
     impl Engine for Squares {
@@ -666,38 +705,43 @@ mod tests {
             2
         }
         fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
-            let found = |f: &Frame| {
+            let found = |f: &Frame| -> Vec<Face> {
                 let row = &f.rgb[(100 * f.width as usize) * 3..(101 * f.width as usize) * 3];
-                let x = row
-                    .chunks(3)
-                    .position(|p| p[0] < 100)
-                    .filter(|_| f.rgb[0] != 1);
-                x.map(|x| square_at(x as f32)).into_iter().collect()
+                let dark: Vec<bool> = row.chunks(3).map(|p| p[0] < 100).collect();
+                let starts = (0..dark.len()).filter(|&x| dark[x] && (x == 0 || !dark[x - 1]));
+                let side = |x: usize| dark[x..].iter().take_while(|d| **d).count() as f32;
+                match f.rgb[0] {
+                    1 => Vec::new(),
+                    _ => starts.map(|x| square_of(x as f32, side(x))).collect(),
+                }
             };
             (frames.iter())
-                .map(|(f, _)| {
+                .map(|(f, wanted)| {
                     Ok(Analysis {
-                        faces: found(f),
+                        faces: wanted.choose(found(f), |face| face.bbox)?,
                         ..Default::default()
                     })
                 })
                 .collect()
         }
         fn faces_at(&mut self, _: &Frame, boxes: &[BoxPx]) -> Result<Vec<Face>> {
-            Ok(boxes.iter().map(|b| square_at(b.left)).collect())
+            Ok(boxes
+                .iter()
+                .map(|b| square_of(b.left, b.right - b.left))
+                .collect())
         }
         fn embed(&mut self, _: &Frame, faces: &[&Face]) -> Result<Vec<Vec<f32>>> {
             Ok(faces.iter().map(|_| vec![1.0, 0.0]).collect())
         }
     }
 
-    fn square_at(left: f32) -> Face {
+    fn square_of(left: f32, side: f32) -> Face {
         Face {
             bbox: BoxPx {
                 left,
                 top: 80.0,
-                right: left + 60.0,
-                bottom: 140.0,
+                right: left + side,
+                bottom: 80.0 + side,
             },
             score: None,
             landmarks: [[0.0; 2]; 5],
@@ -789,6 +833,64 @@ mod tests {
                 ],
             };
             assert_eq!(seen, want, "shadow_rounds {shadow_rounds}");
+        }
+    }
+
+    /// `min_face_size` and `max_faces` hold on every frame, not only on
+    /// detections: a tracked face the request does not want (too small, or
+    /// beyond the largest `max_faces`) is dropped as the detector drops it,
+    /// and its track lets go.
+    #[test]
+    fn tracked_faces_are_dropped_as_detected_ones_are() {
+        let matcher = |_: &[f32]| Ok(obama());
+        let mut state = SequenceState::new(Instant::now());
+        state.cadence = Cadence {
+            detect_every: 2,
+            reidentify_every: 10,
+        };
+        // Each request's frames (a square of 60 px and one of 50: their
+        // faces embed alike, so a face back is its track's again), the
+        // faces it wants, and the tracks each frame answers. Detections on
+        // even frames.
+        let two = |x: u32| squares_frame(&[(x, 60), (x + 150, 50)], false);
+        type Step = (Vec<Frame>, f32, Option<usize>, Vec<Vec<u32>>);
+        let steps: Vec<Step> = vec![
+            (
+                vec![two(20), two(22)],
+                0.0,
+                None,
+                vec![vec![0, 1], vec![0, 1]],
+            ),
+            // A detection keeping the largest: the other is not shadowed.
+            (vec![two(24)], 0.0, Some(1), vec![vec![0]]),
+            (vec![two(26), two(28)], 0.0, None, vec![vec![0], vec![0, 1]]),
+            // Between detections, the largest only.
+            (vec![two(30)], 0.0, Some(1), vec![vec![0]]),
+            (
+                vec![two(32), two(34)],
+                0.0,
+                None,
+                vec![vec![0, 1], vec![0, 1]],
+            ),
+            // A detection dropping the small one: it is not shadowed; and
+            // between detections, the small one dropped.
+            (vec![two(36)], 55.0, None, vec![vec![0]]),
+            (vec![two(38), two(40)], 0.0, None, vec![vec![0], vec![0, 1]]),
+            (vec![two(42)], 55.0, None, vec![vec![0]]),
+        ];
+        for (at, (frames, min_face_size, max_faces, want)) in steps.iter().enumerate() {
+            let mut work = work(&matcher, limits(1));
+            (work.wanted.min_face_size, work.wanted.max_faces) = (*min_face_size, *max_faces);
+            let stream = Stream {
+                state: &mut state,
+                frames,
+                work: &work,
+            };
+            let followed = follow_together(&mut Squares, &mut [stream]).pop().unwrap();
+            let seen: Vec<Vec<u32>> = (followed.ok().unwrap().iter())
+                .map(|f| f.faces.iter().map(|face| face.track).collect())
+                .collect();
+            assert_eq!(&seen, want, "request {at}");
         }
     }
 
