@@ -385,9 +385,10 @@ impl SequenceState {
     }
 
     /// Of the tracked `boxes`, those the request wants beside `detected`
-    /// faces, in their order: large enough (`min_face_size`), and the largest
-    /// while there is room (`max_faces`, else `max_faces_per_image`). The
-    /// other tracks let go, their faces dropped as the detector drops them.
+    /// faces: large enough (`min_face_size`), and the largest while there is
+    /// room (`max_faces`, else `max_faces_per_image`); largest first with
+    /// `max_faces`, as a detection answers, else in their order. The other
+    /// tracks let go, their faces dropped as the detector drops them.
     fn as_wanted(
         &mut self,
         boxes: Vec<(usize, BoxPx)>,
@@ -399,16 +400,18 @@ impl SequenceState {
             max_faces: Some(room.saturating_sub(detected)),
             ..*wanted
         };
-        // With `max_faces` set, `choose` keeps the largest and cannot fail.
-        let chosen = room
+        // With `max_faces` set, `choose` keeps the largest, largest first,
+        // and cannot fail.
+        let mut chosen = room
             .choose((0..boxes.len()).collect(), |&i| boxes[i].1)
             .unwrap_or_default();
-        let mut kept = Vec::with_capacity(chosen.len());
-        for (i, (t, b)) in boxes.into_iter().enumerate() {
-            match chosen.contains(&i) {
-                true => kept.push((t, b)),
-                false => self.tracks[t].follow = None,
-            }
+        if wanted.max_faces.is_none() {
+            chosen.sort_unstable();
+        }
+        let mut left: Vec<Option<(usize, BoxPx)>> = boxes.into_iter().map(Some).collect();
+        let kept = chosen.iter().filter_map(|&i| left[i].take()).collect();
+        for (t, _) in left.into_iter().flatten() {
+            self.tracks[t].follow = None;
         }
         kept
     }
@@ -487,6 +490,11 @@ impl SequenceState {
         let restart = source == Source::Detected || self.tracks[t].follow.is_none();
         let track = &mut self.tracks[t];
         track.sighted(face.bbox, n, &work.limits);
+        if source == Source::Detected {
+            // Found again (by overlap or by its embedding): its shadow
+            // rounds start afresh.
+            track.missed = 0;
+        }
         if restart {
             // A box the tracker refuses (under 1 px a side) is found again
             // by the next detection.
@@ -772,6 +780,8 @@ mod tests {
             (Some(144), false),
             (Some(148), false),
             (Some(152), false),
+            (Some(156), true), // missed again: shadowed afresh
+            (Some(160), false),
             (None, true), // gone, and the tracker loses it too
         ];
         for shadow_rounds in [0, 2] {
@@ -812,6 +822,8 @@ mod tests {
                     None,
                     Some((d, 0)), // found again by its embedding
                     Some((t, 0)),
+                    Some((t, 0)),
+                    Some((t, 0)),
                     None,
                 ],
                 _ => vec![
@@ -830,6 +842,8 @@ mod tests {
                     Some((d, 0)),
                     Some((t, 0)),
                     None,
+                    None,
+                    None,
                 ],
             };
             assert_eq!(seen, want, "shadow_rounds {shadow_rounds}");
@@ -843,55 +857,82 @@ mod tests {
     #[test]
     fn tracked_faces_are_dropped_as_detected_ones_are() {
         let matcher = |_: &[f32]| Ok(obama());
-        let mut state = SequenceState::new(Instant::now());
-        state.cadence = Cadence {
-            detect_every: 2,
-            reidentify_every: 10,
-        };
-        // Each request's frames (a square of 60 px and one of 50: their
-        // faces embed alike, so a face back is its track's again), the
-        // faces it wants, and the tracks each frame answers. Detections on
-        // even frames.
-        let two = |x: u32| squares_frame(&[(x, 60), (x + 150, 50)], false);
+        // Each request's frames, the faces it wants (`min_face_size`,
+        // `max_faces`), and the tracks each frame answers.
         type Step = (Vec<Frame>, f32, Option<usize>, Vec<Vec<u32>>);
-        let steps: Vec<Step> = vec![
+        let follow = |steps: Vec<Step>| {
+            let mut state = SequenceState::new(Instant::now());
+            state.cadence = Cadence {
+                detect_every: 2,
+                reidentify_every: 10,
+            };
+            for (at, (frames, min_face_size, max_faces, want)) in steps.iter().enumerate() {
+                let mut work = work(&matcher, limits(1));
+                (work.wanted.min_face_size, work.wanted.max_faces) = (*min_face_size, *max_faces);
+                let stream = Stream {
+                    state: &mut state,
+                    frames,
+                    work: &work,
+                };
+                let followed = follow_together(&mut Squares, &mut [stream]).pop().unwrap();
+                let seen: Vec<Vec<u32>> = (followed.ok().unwrap().iter())
+                    .map(|f| f.faces.iter().map(|face| face.track).collect())
+                    .collect();
+                assert_eq!(&seen, want, "request {at}");
+            }
+        };
+        // A square of 60 px and one of 50 (their faces embed alike, so a
+        // face back is its track's again); detections on even frames.
+        let two = |x: u32, missed: bool| squares_frame(&[(x, 60), (x + 150, 50)], missed);
+        follow(vec![
             (
-                vec![two(20), two(22)],
+                vec![two(20, false), two(22, false)],
                 0.0,
                 None,
                 vec![vec![0, 1], vec![0, 1]],
             ),
             // A detection keeping the largest: the other is not shadowed.
-            (vec![two(24)], 0.0, Some(1), vec![vec![0]]),
-            (vec![two(26), two(28)], 0.0, None, vec![vec![0], vec![0, 1]]),
-            // Between detections, the largest only.
-            (vec![two(30)], 0.0, Some(1), vec![vec![0]]),
+            (vec![two(24, false)], 0.0, Some(1), vec![vec![0]]),
             (
-                vec![two(32), two(34)],
+                vec![two(26, false), two(28, false)],
+                0.0,
+                None,
+                vec![vec![0], vec![0, 1]],
+            ),
+            // Between detections, the largest only.
+            (vec![two(30, false)], 0.0, Some(1), vec![vec![0]]),
+            (
+                vec![two(32, false), two(34, false)],
                 0.0,
                 None,
                 vec![vec![0, 1], vec![0, 1]],
             ),
             // A detection dropping the small one: it is not shadowed; and
             // between detections, the small one dropped.
-            (vec![two(36)], 55.0, None, vec![vec![0]]),
-            (vec![two(38), two(40)], 0.0, None, vec![vec![0], vec![0, 1]]),
-            (vec![two(42)], 55.0, None, vec![vec![0]]),
-        ];
-        for (at, (frames, min_face_size, max_faces, want)) in steps.iter().enumerate() {
-            let mut work = work(&matcher, limits(1));
-            (work.wanted.min_face_size, work.wanted.max_faces) = (*min_face_size, *max_faces);
-            let stream = Stream {
-                state: &mut state,
-                frames,
-                work: &work,
-            };
-            let followed = follow_together(&mut Squares, &mut [stream]).pop().unwrap();
-            let seen: Vec<Vec<u32>> = (followed.ok().unwrap().iter())
-                .map(|f| f.faces.iter().map(|face| face.track).collect())
-                .collect();
-            assert_eq!(&seen, want, "request {at}");
-        }
+            (vec![two(36, false)], 55.0, None, vec![vec![0]]),
+            (
+                vec![two(38, false), two(40, false)],
+                0.0,
+                None,
+                vec![vec![0], vec![0, 1]],
+            ),
+            (vec![two(42, false)], 55.0, None, vec![vec![0]]),
+            // A detection missing both: the largest one shadowed.
+            (
+                vec![two(44, false), two(46, false)],
+                0.0,
+                None,
+                vec![vec![0, 1], vec![0, 1]],
+            ),
+            (vec![two(48, true)], 0.0, Some(1), vec![vec![0]]),
+        ]);
+        // The small one first: with `max_faces` the largest answers first
+        // between detections too, as a detection answers.
+        let small_first = |x: u32| squares_frame(&[(x, 50), (x + 150, 60)], false);
+        follow(vec![
+            (vec![small_first(20)], 0.0, None, vec![vec![0, 1]]),
+            (vec![small_first(22)], 0.0, Some(2), vec![vec![1, 0]]),
+        ]);
     }
 
     /// A face the tracker loses between detections (it jumped: turned,
