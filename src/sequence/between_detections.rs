@@ -348,7 +348,6 @@ impl SequenceState {
         carried: Vec<(usize, BoxPx, f32)>,
         work: &Work<'_>,
     ) -> (Vec<Option<usize>>, Vec<(usize, BoxPx)>) {
-        let limits = &work.limits;
         let mut pairs: Vec<(f32, usize, usize)> = Vec::new();
         for (f, face) in faces.iter().enumerate() {
             for &(t, bbox, _) in &carried {
@@ -366,14 +365,13 @@ impl SequenceState {
                 (track_of[f], kept[t]) = (Some(t), true);
             }
         }
+        // The unkept (a kept track's shadow rounds start afresh in `answer`).
         let mut shadows = Vec::new();
-        for (t, bbox, confidence) in carried {
+        for (t, bbox, confidence) in carried.into_iter().filter(|&(t, ..)| !kept[t]) {
             let holds = self.holds(&bbox, confidence);
             let track = &mut self.tracks[t];
             let tracked = track.follow.as_ref().is_some_and(|f| f.tracker.is_some());
-            if kept[t] {
-                track.missed = 0;
-            } else if tracked && holds && track.missed < limits.shadow_rounds {
+            if tracked && holds && track.missed < work.limits.shadow_rounds {
                 track.missed += 1;
                 shadows.push((t, bbox));
             } else {
