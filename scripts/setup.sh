@@ -457,12 +457,15 @@ seed_gallery() {
     done
 }
 
-# link_onnx MODEL: the sample ONNX models in MODEL's version folder (face_onnx's come from
-# the manifest's links column; a second model of that engine gets the same files).
+# link_onnx MODEL [FILE...]: the sample ONNX models (or FILEs of assets/onnx/) in MODEL's
+# version folder (face_onnx's come from the manifest's links column; a second model of that
+# engine gets the same files).
 link_onnx() {
-    local file
-    for file in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
-        ln -sfn "../../../assets/onnx/$file" "$REPO_ROOT/model_repository/$1/1/$file"
+    local model=$1 file
+    shift
+    [ $# -gt 0 ] || set -- fr_detect.onnx fr_landmark.onnx fr_feature.onnx
+    for file in "$@"; do
+        ln -sfn "../../../assets/onnx/$file" "$REPO_ROOT/model_repository/$model/1/$file"
     done
 }
 
@@ -477,7 +480,10 @@ step_model_repository() {
     seed_gallery face_onnx obama.jpg biden.jpg
     link_onnx face_onnx_sequence
     seed_gallery face_onnx_sequence obama.jpg biden.jpg
-    log "model repository: face, face_sequence (dlib weights linked), face_onnx, face_onnx_sequence (ONNX models linked), galleries seeded"
+    # BlazeFace's file is linked by step_assets (the manifest's links column), the embedder here.
+    link_onnx face_onnx_blazeface fr_feature.onnx
+    seed_gallery face_onnx_blazeface obama.jpg biden.jpg
+    log "model repository: face, face_sequence (dlib weights linked), face_onnx, face_onnx_sequence, face_onnx_blazeface (ONNX models linked), galleries seeded"
 }
 
 # The sample video (scripts/sample_video.py, from the sample photos; no video ships in the

@@ -399,9 +399,10 @@ mod tests {
             Some(Path::new("/m/1/lm.onnx"))
         );
         assert_eq!(s.onnx.embedder_model, Path::new("/abs/emb.onnx"));
-        assert_eq!(s.onnx.detector_size, Some((640, 480)));
-        assert!(s.onnx.embedder_norm.rgb && s.onnx.detector_norm.rgb);
-        assert_eq!(s.onnx.score_threshold, 0.5);
+        assert_eq!(s.onnx.detector.size, Some((640, 480)));
+        assert!(s.onnx.embedder.norm.rgb && s.onnx.detector.rgb.is_none());
+        assert_eq!(s.onnx.detector.threshold, Some(0.5));
+        assert_eq!(s.onnx.detector_family, None);
         let e = Settings::from_config(
             &params(&[("detector_input_size", "big")]),
             Path::new("/m"),
@@ -474,6 +475,7 @@ mod tests {
             Kind::UnsignedInteger => ("-1", "0"),
             Kind::PositiveNumber => ("0", "0.25"),
             Kind::Number => ("lots", "-1.5"),
+            Kind::Numbers => ("1,2", "104,117,123"),
             Kind::Bool => ("maybe", "no"),
             Kind::Path => ("", "a/b"),
             Kind::Size => ("640x", "640x480"),

@@ -86,7 +86,8 @@ fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Res
     let (metric, dim) = (engine.metric(), engine.embedding_len());
     let files = model_files(settings);
     let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
-    let identity = Identity::of_files(engine.name(), metric, dim, &files)?;
+    let identity = Identity::of_files(engine.name(), metric, dim, &files)?
+        .with_conventions(&conventions(settings));
     let store = store::open(&store_location(name, settings), &identity)?;
     let threshold = settings
         .match_threshold
@@ -144,6 +145,14 @@ fn model_files(s: &Settings) -> Vec<PathBuf> {
                 .chain([o.embedder_model.clone()])
                 .collect()
         }
+    }
+}
+
+/// What changes an embedding beyond the model files (none for dlib).
+fn conventions(s: &Settings) -> String {
+    match s.engine {
+        EngineKind::Dlib => String::new(),
+        EngineKind::Onnx => s.onnx.embedder.identity_text(),
     }
 }
 

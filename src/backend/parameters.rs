@@ -8,6 +8,7 @@ use std::str::FromStr;
 use crate::backend::access::rate::MAX_RATE;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
+use crate::engine::onnx::detect::{Placement, FAMILY_NAMES};
 use crate::engine::onnx::Runtime;
 use crate::error::{Error, Result};
 use crate::gallery::store::StoreKind;
@@ -24,6 +25,8 @@ pub enum Kind {
     UnsignedInteger,
     PositiveNumber,
     Number,
+    /// One number, or three separated by commas.
+    Numbers,
     Bool,
     /// Relative to a folder named in the meaning, or absolute.
     Path,
@@ -49,6 +52,7 @@ impl Kind {
             Kind::UnsignedInteger => "unsigned integer".into(),
             Kind::PositiveNumber => "positive number".into(),
             Kind::Number => "number".into(),
+            Kind::Numbers => "number, or three separated by commas".into(),
             Kind::Bool => format!("{quote}true{quote} or {quote}false{quote}"),
             Kind::Path => "path".into(),
             Kind::Size => "WIDTHxHEIGHT".into(),
@@ -170,6 +174,19 @@ fn env_name(v: &str) -> Option<String> {
 fn text(v: &str) -> Option<String> {
     let ok = !v.is_empty() && v.chars().count() <= 128 && !v.chars().any(char::is_control);
     ok.then(|| v.to_string())
+}
+
+/// "127.5" -> [127.5; 3], "104,117,123" -> [104, 117, 123].
+fn means(v: &str) -> Option<[f32; 3]> {
+    let values: Vec<f32> = v
+        .split(',')
+        .map(|p| number(p.trim()))
+        .collect::<Option<_>>()?;
+    match values.as_slice() {
+        [one] => Some([*one; 3]),
+        [a, b, c] => Some([*a, *b, *c]),
+        _ => None,
+    }
 }
 
 /// "320x240" -> (320, 240).
@@ -531,68 +548,89 @@ pub static PARAMETERS: &[Parameter] = &[
     },
     Parameter {
         name: "detector_family",
-        kind: Kind::Choice(&["ultraface"]),
-        default: Default::Value("ultraface"),
-        meaning: "output layout: UltraFace / RFB — scores `[1,N,2]`, boxes `[1,N,4]` \
-                  (corner form, 0..1)",
+        kind: Kind::Choice(FAMILY_NAMES),
+        default: Default::Value("auto"),
+        meaning: "how the detector's outputs are read: `auto` (the family whose layout \
+                  they are in; a load error lists what it saw otherwise), `ultraface`, \
+                  `scrfd`, `retinaface`, `yunet`, `blazeface` or `yolo-face` \
+                  ([the families](engines.md#detector-families)); each family brings its \
+                  reference input size, resize, channels, mean, scale, threshold and NMS, \
+                  which the parameters below override",
         section: Section::Onnx,
-        // The only family so far: nothing to store.
-        apply: |_, v| v.eq_ignore_ascii_case("ultraface").then_some(()),
+        apply: |d, v| {
+            let v = v.to_ascii_lowercase();
+            FAMILY_NAMES.contains(&v.as_str()).then(|| {
+                d.settings.onnx.detector_family = (v != "auto").then_some(v);
+            })
+        },
     },
     Parameter {
         name: "detector_input_size",
         kind: Kind::Size,
-        default: Default::Unset("the model's"),
+        default: Default::Unset("the model's; where free, the family's (640x640, UltraFace 320x240)"),
         meaning: "detector input, for detectors with a free input size",
         section: Section::Onnx,
-        apply: |d, v| size(v).map(|s| d.settings.onnx.detector_size = Some(s)),
+        apply: |d, v| size(v).map(|s| d.settings.onnx.detector.size = Some(s)),
+    },
+    Parameter {
+        name: "detector_resize",
+        kind: Kind::Choice(&["stretch", "letterbox", "letterbox-centre"]),
+        default: Default::Unset("the family's"),
+        meaning: "how a frame becomes the detector's input: `stretch` to it, or scaled whole \
+                  and placed at its top left (`letterbox`) or in its middle \
+                  (`letterbox-centre`), the rest filled; boxes and points come back in the \
+                  frame's own pixels either way",
+        section: Section::Onnx,
+        apply: |d, v| Placement::parse(v).map(|p| d.settings.onnx.detector.placement = Some(p)),
     },
     Parameter {
         name: "detector_mean",
-        kind: Kind::Number,
-        default: Default::Value("127"),
-        meaning: "detector input = (pixel − mean) × scale",
+        kind: Kind::Numbers,
+        default: Default::Unset("the family's"),
+        meaning: "detector input = (pixel − mean) × scale; one mean, or three in the order of \
+                  `detector_channels`",
         section: Section::Onnx,
-        apply: |d, v| number(v).map(|n| d.settings.onnx.detector_norm.mean = n),
+        apply: |d, v| means(v).map(|m| d.settings.onnx.detector.mean = Some(m)),
     },
     Parameter {
         name: "detector_scale",
         kind: Kind::Number,
-        default: Default::Value("0.0078125"),
+        default: Default::Unset("the family's"),
         meaning: "see `detector_mean`",
         section: Section::Onnx,
-        apply: |d, v| number(v).map(|n| d.settings.onnx.detector_norm.scale = n),
+        apply: |d, v| number(v).map(|n| d.settings.onnx.detector.scale = Some(n)),
     },
     Parameter {
         name: "detector_channels",
         kind: RGB_BGR,
-        default: Default::Value("RGB"),
+        default: Default::Unset("the family's"),
         meaning: "channel order the detector expects",
         section: Section::Onnx,
-        apply: |d, v| rgb(v).map(|b| d.settings.onnx.detector_norm.rgb = b),
+        apply: |d, v| rgb(v).map(|b| d.settings.onnx.detector.rgb = Some(b)),
     },
     Parameter {
         name: "detector_threshold",
         kind: Kind::PositiveNumber,
-        default: Default::Value("0.7"),
+        default: Default::Unset("the family's"),
         meaning: "minimum face score",
         section: Section::Onnx,
-        apply: |d, v| positive(v).map(|n| d.settings.onnx.score_threshold = n),
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.detector.threshold = Some(n)),
     },
     Parameter {
         name: "nms_iou",
         kind: Kind::PositiveNumber,
-        default: Default::Value("0.3"),
+        default: Default::Unset("the family's"),
         meaning: "non-maximum suppression overlap",
         section: Section::Onnx,
-        apply: |d, v| positive(v).map(|n| d.settings.onnx.nms_iou = n),
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.detector.nms_iou = Some(n)),
     },
     Parameter {
         name: "landmark_model",
         kind: Kind::Path,
         default: Default::Unset("none"),
-        meaning: "68-point model (grey 64×64 crop of the box, /256); required with `ultraface`, \
-                  which gives no landmarks",
+        meaning: "68-point model (grey 64×64 crop of the box, /256): the faces' five points; \
+                  required with `ultraface`, which gives none (the other families give their \
+                  own)",
         section: Section::Onnx,
         apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.landmark_model = Some(p)),
     },
@@ -600,17 +638,37 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "embedder_model",
         kind: Kind::Path,
         default: Default::Value("embedder.onnx"),
-        meaning: "face embedder on a 112×112 face (any N-d output)",
+        meaning: "face embedder: its input's size (112×112, 128×128, 160×160, ...) and layout \
+                  (NCHW or NHWC) are read from the model, the face aligned to it; any N-d \
+                  output",
         section: Section::Onnx,
         apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.embedder_model = p),
     },
     Parameter {
+        name: "embedder_normalize",
+        kind: Kind::Choice(&["scale", "standardize"]),
+        default: Default::Value("scale"),
+        meaning: "`scale`: embedder input = (pixel − `embedder_mean`) × `embedder_scale`; \
+                  `standardize`: each face by its own mean and standard deviation (FaceNet's \
+                  prewhitening)",
+        section: Section::Onnx,
+        apply: |d, v| {
+            let standardize = match v.to_ascii_lowercase().as_str() {
+                "scale" => false,
+                "standardize" => true,
+                _ => return None,
+            };
+            d.settings.onnx.embedder.standardize = standardize;
+            Some(())
+        },
+    },
+    Parameter {
         name: "embedder_mean",
-        kind: Kind::Number,
+        kind: Kind::Numbers,
         default: Default::Value("127"),
         meaning: "as `detector_mean`, for the embedder",
         section: Section::Onnx,
-        apply: |d, v| number(v).map(|n| d.settings.onnx.embedder_norm.mean = n),
+        apply: |d, v| means(v).map(|m| d.settings.onnx.embedder.norm.mean = m),
     },
     Parameter {
         name: "embedder_scale",
@@ -618,7 +676,7 @@ pub static PARAMETERS: &[Parameter] = &[
         default: Default::Value("0.0078125"),
         meaning: "as `detector_scale`, for the embedder",
         section: Section::Onnx,
-        apply: |d, v| number(v).map(|n| d.settings.onnx.embedder_norm.scale = n),
+        apply: |d, v| number(v).map(|n| d.settings.onnx.embedder.norm.scale = n),
     },
     Parameter {
         name: "embedder_channels",
@@ -626,7 +684,17 @@ pub static PARAMETERS: &[Parameter] = &[
         default: Default::Value("BGR"),
         meaning: "channel order the embedder expects",
         section: Section::Onnx,
-        apply: |d, v| rgb(v).map(|b| d.settings.onnx.embedder_norm.rgb = b),
+        apply: |d, v| rgb(v).map(|b| d.settings.onnx.embedder.norm.rgb = b),
+    },
+    Parameter {
+        name: "embedder_flip",
+        kind: Kind::Bool,
+        default: Default::Value("false"),
+        meaning: "embed each face and its mirror image and sum the two before normalising \
+                  (insightface's flip test: a little more accurate, twice the embedder's \
+                  work); faces enrolled without it are another embedder's to the gallery",
+        section: Section::Onnx,
+        apply: |d, v| flag(v).map(|b| d.settings.onnx.embedder.flip = b),
     },
     Parameter {
         name: "zero_tiny_weights",

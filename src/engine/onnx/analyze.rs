@@ -1,13 +1,13 @@
 //! A batch of frames through the ONNX engine, stage by stage: all frames
-//! through the detector, then every face found through landmarks, then every
-//! face to embed through the embedder (stages.rs runs each model over its
-//! items in as few runs as it allows). A frame whose detection, one of whose
-//! faces, or whose choice of faces fails gets that error alone; the others
-//! go on.
+//! through the detector, then (with a landmark model) every face found
+//! through it, then every face to embed through the embedder (net.rs runs
+//! each model over its items in as few runs as it allows). A frame whose
+//! detection, one of whose faces, or whose choice of faces fails gets that
+//! error alone; the others go on.
 
 use std::time::{Duration, Instant};
 
-use super::stages::Five;
+use super::detect::{Five, Found};
 use super::OnnxEngine;
 use crate::error::{Error, Result};
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
@@ -23,19 +23,18 @@ impl OnnxEngine {
         laps: &mut Laps,
     ) -> Vec<Result<Analysis>> {
         let images: Vec<&Frame> = frames.iter().map(|&(f, _)| f).collect();
-        let mut faces: Vec<Result<Vec<Face>>> = (self.detect(&images).into_iter())
+        let mut faces: Vec<Result<Vec<Face>>> = (self.detector.detect(&images).into_iter())
             .zip(frames)
             .map(|(found, &(_, wanted))| {
-                let kept = wanted.choose(found?, |&(bbox, _)| bbox)?;
-                Ok(kept
-                    .into_iter()
-                    .map(|(bbox, s)| unaligned(bbox, s))
-                    .collect())
+                let kept = wanted.choose(found?, |f| f.bbox)?;
+                Ok(kept.into_iter().map(detected).collect())
             })
             .collect();
         laps.lap("detector");
-        self.add_landmarks(&images, &mut faces);
-        laps.lap("landmarks");
+        if self.landmarks.is_some() {
+            self.add_landmarks(&images, &mut faces);
+            laps.lap("landmarks");
+        }
         let chips = self.add_chips(frames, &mut faces);
         // No alignment asked (detect_only): no time for it either.
         if frames.iter().any(|(_, w)| w.embeddings || w.crops) {
@@ -58,14 +57,15 @@ impl OnnxEngine {
     }
 
     /// Every face of the frames still standing through the landmark model
-    /// together; a face that fails fails its frame.
+    /// together (its points replace the detector's); a face that fails
+    /// fails its frame.
     fn add_landmarks(&self, images: &[&Frame], faces: &mut [Result<Vec<Face>>]) {
         let owners = faces_of(faces);
         let asked: Vec<(&Frame, BoxPx)> = owners
             .iter()
             .map(|&(i, k)| (images[i], face(faces, i, k).bbox))
             .collect();
-        let points: Vec<Result<Five>> = self.landmarks(&asked);
+        let points: Vec<Result<Five>> = self.points_at(&asked);
         settle(faces, &owners, points, |face, five| face.landmarks = five);
     }
 
@@ -84,7 +84,7 @@ impl OnnxEngine {
             let Ok(list) = &mut faces[i] else { continue };
             let made: Result<Vec<Frame>> = list
                 .iter()
-                .map(|f| self.chip(frame, &f.landmarks))
+                .map(|f| self.embedder.chip(frame, &f.landmarks))
                 .collect();
             match made {
                 Ok(made) => {
@@ -108,7 +108,7 @@ impl OnnxEngine {
     fn add_embeddings(&self, chips: &[((usize, usize), Frame)], faces: &mut [Result<Vec<Face>>]) {
         let images: Vec<&Frame> = chips.iter().map(|(_, chip)| chip).collect();
         let owners: Vec<(usize, usize)> = chips.iter().map(|&(owner, _)| owner).collect();
-        let embeddings = self.embed_chips(&images);
+        let embeddings = self.embedder.embed(&images);
         settle(faces, &owners, embeddings, |face, e| face.embedding = e);
     }
 
@@ -174,12 +174,12 @@ fn face(faces: &[Result<Vec<Face>>], i: usize, k: usize) -> &Face {
     &faces[i].as_ref().expect("listed by faces_of")[k]
 }
 
-/// A detected face before its landmarks.
-fn unaligned(bbox: BoxPx, score: f32) -> Face {
+/// A detected face, with the detector's points where it has them.
+fn detected(found: Found) -> Face {
     Face {
-        bbox,
-        score: Some(score),
-        landmarks: [[0.0; 2]; 5],
+        bbox: found.bbox,
+        score: Some(found.score),
+        landmarks: found.points.unwrap_or([[0.0; 2]; 5]),
         embedding: Vec::new(),
         crop: None,
     }

@@ -1,7 +1,5 @@
 //! The tensor both runtimes take and give.
 
-use crate::error::{Error, Result};
-
 /// A float32 tensor as both runtimes take and give it: row-major values and
 /// their shape, in plain `Vec`s. Pixels are written straight into `data`
 /// and outputs read as slices: walking a dynamic-rank array view element by
@@ -17,13 +15,5 @@ impl Blob {
             shape: shape.to_vec(),
             data: vec![0.0; shape.iter().product()],
         }
-    }
-
-    /// Output `index` of a run, as a slice.
-    pub(super) fn output(outputs: &[Blob], index: usize) -> Result<&[f32]> {
-        outputs
-            .get(index)
-            .map(|b| b.data.as_slice())
-            .ok_or_else(|| Error::internal(format!("model has no output {index}")))
     }
 }

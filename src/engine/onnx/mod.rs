@@ -1,25 +1,26 @@
-//! The ONNX engine: a bring-your-own detector, landmark model and embedder,
-//! run by onnxruntime (default) or tract (pure Rust), each model cleaned at
-//! load (hygiene.rs). A batch of frames goes through them stage by stage
-//! (analyze.rs), each model over all its items in as few runs as its batch
-//! dimension allows (stages.rs, net.rs). The image work around them (resize,
-//! grey crop) is in ops.rs, the alignment warp in `pipeline::warp`. Matching
-//! is by cosine: `distance = 1 - cosine`.
-//!
-//! Detector family understood: UltraFace / RFB ("ultraface"): one input
-//! 1x3xHxW, outputs scores [1,N,2] and boxes [1,N,4] (corner form, 0..1).
-//! It gives no landmarks, so a 68-point `landmark_model` (grey 64x64 crop of
-//! the box, /256, output 136 values relative to the box) provides them.
+//! The ONNX engine: a bring-your-own detector (any family of `detect`), an
+//! optional landmark model and an embedder, run by onnxruntime (default) or
+//! tract (pure Rust), each model cleaned at load (hygiene.rs). A batch of
+//! frames goes through them stage by stage (analyze.rs), each model over
+//! all its items in as few runs as its batch dimension allows (net.rs). The
+//! detector's family gives boxes and, mostly, five points; the 68-point
+//! landmark model (landmarks.rs) gives them for a detector without (and for
+//! any when it is set); the embedder takes the face aligned at its own
+//! input size (embedder.rs). The image work around them (resize, the
+//! letterbox, grey crops) is in ops.rs, the alignment warp in
+//! `pipeline::warp`. Matching is by cosine: `distance = 1 - cosine`.
 
 mod analyze;
 mod batch_dim;
 mod blob;
+pub mod detect;
+mod embedder;
 mod hygiene;
+mod landmarks;
 mod net;
 pub mod onnxruntime;
 mod ops;
 mod settings;
-mod stages;
 #[cfg(test)]
 mod test_models;
 #[cfg(test)]
@@ -53,21 +54,23 @@ use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Wanted};
 use analyze::Laps;
-use blob::Blob;
+use detect::{Detector, Five};
+use embedder::Embedder;
+use landmarks::LandmarkModel;
 use net::{load_net, model_file, BatchDim, Batching, Net, RuntimeChoice};
 
 pub use analyze::StageTimes;
 pub use hygiene::Hygiene;
 pub use net::{run_model, TractBench};
-pub use settings::{Normalize, OnnxSettings, Runtime};
+pub use settings::{DetectorAsked, EmbedderConventions, Normalize, OnnxSettings, Runtime};
 pub use tract_ops::{Kernels, OwnKernels};
 
 pub struct OnnxEngine {
     settings: OnnxSettings,
-    detector: Net,
-    landmarks: Net,
-    embedder: Net,
-    embedding_len: usize,
+    detector: Detector,
+    /// The 68-point model, when set: the faces' points come from it.
+    landmarks: Option<LandmarkModel>,
+    embedder: Embedder,
     /// The most items one model run takes (settings::runs_of).
     max_batch: usize,
 }
@@ -92,59 +95,80 @@ impl OnnxEngine {
             let path = model_file(what, path)?;
             load_net(what, path, size, &runtime, settings.hygiene, batching)
         };
-        let mut detector = load(
-            "detector_model",
-            &settings.detector_model,
-            settings.detector_size,
-        )?;
-        let mut landmarks = match &settings.landmark_model {
-            Some(p) => load("landmark_model", p, None)?,
-            None => return Err(Error::invalid(
-                "the ultraface detector gives no landmarks: set the `landmark_model` parameter \
+        let detector = Detector::load(settings, &|size| {
+            load("detector_model", &settings.detector_model, Some(size))
+        })?;
+        let landmarks = match (&settings.landmark_model, detector.gives_points()) {
+            (Some(p), _) => Some(LandmarkModel {
+                net: load("landmark_model", p, None)?,
+            }),
+            (None, true) => None,
+            (None, false) => {
+                return Err(Error::invalid(format!(
+                    "the {} detector gives no landmarks: set the `landmark_model` parameter \
                      (a 68-point model) so faces can be aligned",
-            )),
-        };
-        let mut embedder = load("embedder_model", &settings.embedder_model, None)?;
-        detector.most = max_batch.min(settings.max_frames);
-        (landmarks.most, embedder.most) = (max_batch, max_batch);
-        if settings.cuda_device.is_some() && max_batch > 1 {
-            for net in [&mut detector, &mut landmarks, &mut embedder] {
-                net.pad_runs = net.batch.takes_batches();
-                net.warm_up()?;
+                    detector.family_name()
+                )))
             }
-        }
-        // One dry run tells the embedding length.
-        let probe = Blob::zeros(&[1, embedder.shape[1], embedder.shape[2], embedder.shape[3]]);
-        let embedding_len = Blob::output(&embedder.run(&probe)?, 0)?.len();
-        if embedding_len == 0 {
-            return Err(Error::unavailable(
-                "embedder_model: its first output is empty (expected the face embedding)",
-            ));
-        }
-        Ok(OnnxEngine {
+        };
+        let net = load("embedder_model", &settings.embedder_model, None)?;
+        let embedder = Embedder::new(net, settings.embedder, &settings.embedder_model)?;
+        let mut engine = OnnxEngine {
             settings: settings.clone(),
             detector,
             landmarks,
             embedder,
-            embedding_len,
             max_batch,
-        })
+        };
+        engine.detector.full.net.most = max_batch.min(settings.max_frames);
+        for net in engine.nets_mut().into_iter().skip(1) {
+            net.most = max_batch;
+        }
+        if settings.cuda_device.is_some() && max_batch > 1 {
+            for net in engine.nets_mut() {
+                net.pad_runs = net.batch.takes_batches();
+                net.warm_up()?;
+            }
+        }
+        Ok(engine)
     }
 }
 
 impl OnnxEngine {
     /// The loaded models, named by role, in pipeline order.
     fn nets(&self) -> Vec<(&'static str, &Net)> {
-        vec![
-            ("detector", &self.detector),
-            ("landmarks", &self.landmarks),
-            ("embedder", &self.embedder),
-        ]
+        let mut nets = vec![("detector", &self.detector.full.net)];
+        if let Some(locator) = &self.detector.locator {
+            nets.push(("detector at a face", &locator.net));
+        }
+        if let Some(landmarks) = &self.landmarks {
+            nets.push(("landmarks", &landmarks.net));
+        }
+        nets.push(("embedder", &self.embedder.net));
+        nets
+    }
+
+    /// `nets`, to change: the detector first.
+    fn nets_mut(&mut self) -> Vec<&mut Net> {
+        let mut nets = vec![&mut self.detector.full.net];
+        nets.extend(self.detector.locator.as_mut().map(|l| &mut l.net));
+        nets.extend(self.landmarks.as_mut().map(|l| &mut l.net));
+        nets.push(&mut self.embedder.net);
+        nets
     }
 
     /// Whether any model takes runs of several items.
     fn batches(&self) -> bool {
         self.max_batch > 1 && self.nets().iter().any(|(_, n)| n.batch.takes_batches())
+    }
+
+    /// Five points for each face at its box: the landmark model's, or the
+    /// detector's on the region around it.
+    fn points_at(&self, faces: &[(&Frame, BoxPx)]) -> Vec<Result<Five>> {
+        match &self.landmarks {
+            Some(model) => model.points(faces),
+            None => self.detector.locate(faces),
+        }
     }
 
     /// Which models take a batch, and why the others do not, for the load
@@ -190,9 +214,8 @@ impl OnnxEngine {
         if !h.zero_tiny_weights && !h.rewrite_prelu {
             return "; model hygiene off".to_string();
         }
-        let parts: Vec<String> = self
-            .nets()
-            .iter()
+        let parts: Vec<String> = (self.nets().iter())
+            .filter(|(what, _)| !what.contains(' '))
             .map(|(what, net)| format!("{what}: {}", net.cleaned.describe()))
             .collect();
         format!("; model hygiene: {}", parts.join("; "))
@@ -200,9 +223,8 @@ impl OnnxEngine {
 
     /// On tract, which ops of each model run on the engine's own kernels.
     fn describe_own_kernels(&self) -> String {
-        let parts: Vec<String> = self
-            .nets()
-            .iter()
+        let parts: Vec<String> = (self.nets().iter())
+            .filter(|(what, _)| !what.contains(' '))
             .filter_map(|(what, net)| Some(format!("{what}: {}", net.own_kernels?.describe())))
             .collect();
         if parts.is_empty() {
@@ -211,6 +233,27 @@ impl OnnxEngine {
         format!(
             "; on the engine's own kernels in tract: {}",
             parts.join("; ")
+        )
+    }
+
+    /// Every setting the models run with, as `parameter=value` words: a
+    /// config that sets them serves the same models the same way
+    /// (scripts/model_check.py prints one).
+    pub fn settings_text(&self) -> String {
+        let e = self.settings.embedder;
+        format!(
+            "{} embedder_channels={} embedder_mean={} embedder_scale={} \
+             embedder_normalize={} embedder_flip={}",
+            self.detector.settings_text(),
+            if e.norm.rgb { "RGB" } else { "BGR" },
+            embedder::mean_text(&e.norm.mean),
+            e.norm.scale,
+            if e.standardize {
+                "standardize"
+            } else {
+                "scale"
+            },
+            e.flip
         )
     }
 }
@@ -232,24 +275,21 @@ impl Engine for OnnxEngine {
             (Runtime::OnnxRuntime, Some(library)) => format!("onnxruntime {library}"),
             (runtime, _) => runtime.name().to_string(),
         };
+        let points = match &self.settings.landmark_model {
+            Some(p) => format!("landmarks {}", name(p)),
+            None => "five points from the detector".to_string(),
+        };
         format!(
-            "onnx ({runtime}; ultraface detector {} {}x{}, landmarks {}, embedder {} {}-d{})",
-            name(&self.settings.detector_model),
-            self.detector.shape[3],
-            self.detector.shape[2],
-            self.settings
-                .landmark_model
-                .as_deref()
-                .map(name)
-                .unwrap_or_default(),
-            name(&self.settings.embedder_model),
-            self.embedding_len,
+            "onnx ({runtime}; {}, {points}, {}{})",
+            self.detector.describe(&name(&self.settings.detector_model)),
+            self.embedder.describe(&name(&self.settings.embedder_model)),
             self.describe_batches()
         ) + &self.describe_hygiene()
             + &self.describe_own_kernels()
+            + &format!("; settings: {}", self.settings_text())
     }
     fn embedding_len(&self) -> usize {
-        self.embedding_len
+        self.embedder.len
     }
     fn analyze(&mut self, frames: &[(&Frame, Wanted)]) -> Vec<Result<Analysis>> {
         let _flush = FlushDenormals::new(self.settings.flush_denormals);
@@ -278,7 +318,7 @@ impl Engine for OnnxEngine {
             .flat_map(|(frame, boxes)| boxes.iter().map(move |&b| (*frame, b)))
             .collect();
         let sizes = asked.iter().map(|(_, boxes)| Ok(boxes.len()));
-        (shares(sizes, self.landmarks(&boxes)).into_iter().zip(asked))
+        (shares(sizes, self.points_at(&boxes)).into_iter().zip(asked))
             .map(|(points, (_, boxes))| {
                 let faces = boxes.iter().zip(points?);
                 Ok(faces
@@ -294,7 +334,7 @@ impl Engine for OnnxEngine {
             .map(|(frame, faces)| {
                 faces
                     .iter()
-                    .map(|f| self.chip(frame, &f.landmarks))
+                    .map(|f| self.embedder.chip(frame, &f.landmarks))
                     .collect()
             })
             .collect();
@@ -302,7 +342,7 @@ impl Engine for OnnxEngine {
         let sizes = chips
             .iter()
             .map(|c| c.as_ref().map(Vec::len).map_err(Error::clone));
-        shares(sizes, self.embed_chips(&all))
+        shares(sizes, self.embedder.embed(&all))
     }
 }
 
@@ -327,7 +367,7 @@ fn shares<T>(
 }
 
 /// A face at a tracker's box: its landmarks, no score, no embedding.
-fn tracked_face(bbox: BoxPx, landmarks: stages::Five) -> Face {
+fn tracked_face(bbox: BoxPx, landmarks: Five) -> Face {
     Face {
         bbox,
         score: None,

@@ -12,8 +12,10 @@ use prost::Message;
 use super::super::fpu::FlushDenormals;
 use super::batch_dim;
 use super::blob::Blob;
+use super::detect::Output;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
+use super::ops::Layout;
 use super::settings::{OnnxSettings, Runtime};
 use super::tract::TractNet;
 use super::tract_ops::{self, Kernels, OwnKernels};
@@ -29,6 +31,13 @@ pub(super) struct Net {
     runner: Runner,
     /// Input shape, batch first (1 when free).
     pub(super) shape: Vec<usize>,
+    /// Where its input's channels are.
+    pub(super) layout: Layout,
+    /// Whether the file leaves its input's height and width free (the
+    /// size it was loaded at is then the engine's choice).
+    pub(super) free_size: bool,
+    /// Its outputs' names, in order.
+    output_names: Vec<String>,
     /// Whether a run takes several items, and why (for the load log).
     pub(super) batch: BatchDim,
     /// The most items one run takes when it takes several (set by the
@@ -91,9 +100,6 @@ impl BatchDim {
     }
 }
 
-/// Load, clean (hygiene.rs), type, optimize and plan a model once. `size`
-/// fixes the input's height and width (for models whose spatial dims are
-/// free); `batching` says what becomes of its batch dimension.
 /// A model as read: its name in messages, file, cleaned protobuf, and
 /// whether its weights lie in external files.
 struct Source<'a> {
@@ -114,21 +120,27 @@ enum Loading {
 /// (onnxruntime), with tract's own kernels when it runs them.
 fn runner(
     m: Source<'_>,
-    typed: TypedModel,
+    typed: Option<TypedModel>,
     runtime: &RuntimeChoice,
 ) -> std::result::Result<(Runner, Option<OwnKernels>), Loading> {
-    match runtime {
-        RuntimeChoice::Tract(kernels) => {
+    match (runtime, typed) {
+        (RuntimeChoice::Tract(kernels), Some(typed)) => {
             let (net, kernels) = TractNet::load(typed, *kernels).map_err(Loading::Tract)?;
             Ok((Runner::Tract(net), Some(kernels)))
         }
         // onnxruntime reads external data relative to the file, so such a
         // model is loaded from its path; every other one from the cleaned bytes.
-        RuntimeChoice::Ort {
-            library,
-            threads,
-            cuda_device,
-        } => {
+        (RuntimeChoice::Tract(_), None) => Err(Loading::Other(Error::internal(
+            "tract needs the typed model",
+        ))),
+        (
+            RuntimeChoice::Ort {
+                library,
+                threads,
+                cuda_device,
+            },
+            _,
+        ) => {
             let bytes = match m.external {
                 true => std::fs::read(m.path).map_err(|e| {
                     Loading::Other(Error::unavailable(format!(
@@ -145,6 +157,10 @@ fn runner(
     }
 }
 
+/// Load, clean (hygiene.rs) and make a model ready to run once (tract
+/// types, optimizes and plans it). `size` is the input's (width, height)
+/// where the file leaves them free; `batching` says what becomes of its
+/// batch dimension.
 pub(super) fn load_net(
     what: &str,
     path: &Path,
@@ -161,7 +177,7 @@ pub(super) fn load_net(
     };
     let kernels = match runtime {
         RuntimeChoice::Tract(kernels) => *kernels,
-        // tract only reads the model's input shape for onnxruntime.
+        // For onnxruntime tract only reads the protobuf.
         RuntimeChoice::Ort { .. } => Kernels::ALL,
     };
     let onnx = tract_ops::onnx(kernels);
@@ -182,28 +198,39 @@ pub(super) fn load_net(
         false => batching,
     };
     let batch = batch_of(&mut proto, batching);
-    let dir = path.parent().and_then(Path::to_str);
-    let parsed = onnx.parse(&proto, dir).map_err(fail)?;
-    let mut model = parsed.model;
-    if let Some((w, h)) = size {
-        let fact = InferenceFact::dt_shape(f32::datum_type(), tvec![1, 3, h, w]);
-        model.set_input_fact(0, fact).map_err(fail)?;
-    }
-    let typed = model.into_typed().map_err(fail)?;
-    let shape = input_shape(what, path, &typed)?;
+    let input = Input::declared(what, path, &proto, size)?;
     let source = Source {
         what,
         path,
         proto: &proto,
         external,
     };
-    let (runner, own_kernels) = runner(source, typed, runtime).map_err(|e| match e {
+    let (runner, own_kernels) = match runtime {
+        // onnxruntime reads the file itself: tract need not understand it.
+        RuntimeChoice::Ort { .. } => runner(source, None, runtime),
+        RuntimeChoice::Tract(_) => {
+            let dir = path.parent().and_then(Path::to_str);
+            let mut model = onnx.parse(&proto, dir).map_err(fail)?.model;
+            if input.free_size {
+                let fact = InferenceFact::dt_shape(f32::datum_type(), &*input.shape);
+                model.set_input_fact(0, fact).map_err(fail)?;
+            }
+            runner(source, Some(model.into_typed().map_err(fail)?), runtime)
+        }
+    }
+    .map_err(|e| match e {
         Loading::Tract(e) => fail(e),
         Loading::Other(e) => e,
     })?;
+    let output_names = (proto.graph.iter())
+        .flat_map(|g| g.output.iter().map(|o| o.name.clone()))
+        .collect();
     let mut net = Net {
         runner,
-        shape,
+        shape: input.shape,
+        layout: input.layout,
+        free_size: input.free_size,
+        output_names,
         batch,
         most: 1,
         cleaned,
@@ -218,6 +245,94 @@ pub(super) fn load_net(
     Ok(net)
 }
 
+/// A model's input as its file declares it, sized.
+struct Input {
+    /// Batch first (1), then C, H, W or H, W, C.
+    shape: Vec<usize>,
+    layout: Layout,
+    free_size: bool,
+}
+
+impl Input {
+    /// The first input of `proto`: four dimensions, channels (1 or 3)
+    /// second (NCHW) or last (NHWC); height and width fixed, or free and
+    /// then `size`.
+    fn declared(
+        what: &str,
+        path: &Path,
+        proto: &tract_onnx::pb::ModelProto,
+        size: Option<(usize, usize)>,
+    ) -> Result<Self> {
+        let dims = declared_dims(proto);
+        let fail = |why: &str| {
+            Error::unavailable(format!(
+                "{what} {}: expected one image input [N,C,H,W] or [N,H,W,C] with 1 or 3                  channels; {why}",
+                path.display()
+            ))
+        };
+        let dims = dims.ok_or_else(|| fail("its input declares no shape"))?;
+        let channels = |d: Option<usize>| matches!(d, Some(1) | Some(3));
+        let (layout, c, h, w) = match dims.as_slice() {
+            [_, c, h, w] if channels(*c) => (Layout::Nchw, *c, *h, *w),
+            [_, h, w, c] if channels(*c) => (Layout::Nhwc, *c, *h, *w),
+            _ => return Err(fail(&format!("it declares {}", dims_text(&dims)))),
+        };
+        let free_size = h.is_none() || w.is_none();
+        let (w, h) = match (w.zip(h), size) {
+            (Some(fixed), _) => fixed,
+            (None, Some(size)) => size,
+            (None, None) => {
+                return Err(fail(&format!(
+                    "it declares {}, its height and width free, and no size was set for it",
+                    dims_text(&dims)
+                )))
+            }
+        };
+        let c = c.unwrap_or(3);
+        let shape = match layout {
+            Layout::Nchw => vec![1, c, h, w],
+            Layout::Nhwc => vec![1, h, w, c],
+        };
+        Ok(Input {
+            shape,
+            layout,
+            free_size,
+        })
+    }
+}
+
+/// The first input's dimensions as the file declares them (`None`: free).
+fn declared_dims(proto: &tract_onnx::pb::ModelProto) -> Option<Vec<Option<usize>>> {
+    use tract_onnx::pb::tensor_shape_proto::dimension::Value;
+    use tract_onnx::pb::type_proto;
+    let graph = proto.graph.as_ref()?;
+    let weights: std::collections::HashSet<&str> =
+        graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let input = graph
+        .input
+        .iter()
+        .find(|i| !weights.contains(i.name.as_str()))?;
+    let Some(type_proto::Value::TensorType(tensor)) = input.r#type.as_ref()?.value.as_ref() else {
+        return None;
+    };
+    Some(
+        (tensor.shape.as_ref()?.dim.iter())
+            .map(|d| match d.value {
+                Some(Value::DimValue(v)) if v > 0 => Some(v as usize),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// "[1,3,?,?]" for messages.
+fn dims_text(dims: &[Option<usize>]) -> String {
+    let dims: Vec<String> = (dims.iter())
+        .map(|d| d.map_or("?".to_string(), |v| v.to_string()))
+        .collect();
+    format!("[{}]", dims.join(","))
+}
+
 /// The model's batch dimension made what `batching` asks, where it can be.
 fn batch_of(proto: &mut tract_onnx::pb::ModelProto, batching: Batching) -> BatchDim {
     match batching {
@@ -229,26 +344,6 @@ fn batch_of(proto: &mut tract_onnx::pb::ModelProto, batching: Batching) -> Batch
         Batching::Freed if batch_dim::free(proto) => BatchDim::Freed,
         _ => BatchDim::Fixed,
     }
-}
-
-/// The input's NCHW shape (batch 1 when free); C, H and W must be fixed.
-fn input_shape(what: &str, path: &Path, typed: &TypedModel) -> Result<Vec<usize>> {
-    let fact = typed
-        .input_fact(0)
-        .map_err(|e| Error::unavailable(format!("{what} {}: {e}", path.display())))?;
-    let dims: Vec<Option<usize>> = fact
-        .shape
-        .iter()
-        .map(|d| d.to_i64().ok().map(|v| v as usize))
-        .collect();
-    if dims.len() != 4 || dims[1..].iter().any(Option::is_none) {
-        return Err(Error::unavailable(format!(
-            "{what} {}: expected one NCHW input with fixed C, H, W; got {:?}",
-            path.display(),
-            fact.shape
-        )));
-    }
-    Ok(dims.iter().map(|d| d.unwrap_or(1)).collect())
 }
 
 /// The runtime a model is loaded into, resolved (library found) once.
@@ -297,6 +392,30 @@ impl Net {
             Runner::Tract(net) => net.run(input),
             Runner::Ort(net) => net.run(input),
         }
+    }
+
+    /// The input's (width, height).
+    pub(super) fn image_size(&self) -> (usize, usize) {
+        match self.layout {
+            Layout::Nchw => (self.shape[3], self.shape[2]),
+            Layout::Nhwc => (self.shape[2], self.shape[1]),
+        }
+    }
+
+    /// One run of a blank item: each output's name, shape and values.
+    pub(super) fn probe(&self) -> Result<Vec<(Output, Vec<f32>)>> {
+        let outputs = self.run(&Blob::zeros(&self.shape))?;
+        Ok((outputs.into_iter().enumerate())
+            .map(|(i, blob)| {
+                let name =
+                    (self.output_names.get(i).cloned()).unwrap_or_else(|| format!("output {i}"));
+                let output = Output {
+                    name,
+                    shape: blob.shape,
+                };
+                (output, blob.data)
+            })
+            .collect())
     }
 
     /// The most items one run takes: `most` when it takes batches, else 1.

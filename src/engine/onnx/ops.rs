@@ -1,14 +1,34 @@
 //! The image and vector work around the models: resize (fast_image_resize,
 //! bilinear without antialiasing: OpenCV's INTER_LINEAR, which the sample
-//! models' users preprocess with), grey, pixels to an NCHW tensor, L2
+//! models' users preprocess with), a region placed in a filled canvas (the
+//! letterbox), grey, a mirror image, pixels to an NCHW or NHWC tensor, L2
 //! normalization, non-maximum suppression.
 
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
+use super::detect::prep::Region;
 use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Frame};
+
+/// Where an image's channels go in a model's input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Channel planes: [N, C, H, W] (PyTorch's exports).
+    Nchw,
+    /// Interleaved pixels: [N, H, W, C] (TensorFlow's and Keras' exports).
+    Nhwc,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nchw => "NCHW",
+            Layout::Nhwc => "NHWC",
+        }
+    }
+}
 
 /// A whole-pixel box of a frame: left, top, width, height.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +69,77 @@ pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<Frame> {
         height: h as u32,
         rgb,
     })
+}
+
+/// A `size` canvas filled with `fill`, holding `region` of the frame scaled
+/// to `scaled` pixels with its corner at `offset` (the parts of the region
+/// outside the frame filled too). The whole frame stretched to the canvas
+/// is `resize`, bit for bit.
+pub(super) fn fill_region(
+    frame: &Frame,
+    region: &Region,
+    scaled: (usize, usize),
+    offset: (usize, usize),
+    size: (usize, usize),
+    fill: u8,
+) -> Result<Frame> {
+    let whole = *region == Region::whole(frame);
+    if whole && scaled == size {
+        return resize(frame, size.0, size.1);
+    }
+    let mut canvas = Frame {
+        width: size.0 as u32,
+        height: size.1 as u32,
+        rgb: vec![fill; 3 * size.0 * size.1],
+    };
+    // The part of the region inside the frame, and where it goes.
+    let (sx, sy) = (
+        scaled.0 as f32 / region.width.max(1.0),
+        scaled.1 as f32 / region.height.max(1.0),
+    );
+    let left = region.left.max(0.0);
+    let top = region.top.max(0.0);
+    let right = (region.left + region.width).min(frame.width as f32);
+    let bottom = (region.top + region.height).min(frame.height as f32);
+    let to = |v: f32, from: f32, s: f32, o: usize, most: usize| {
+        (((v - from) * s).round() as usize + o).min(most)
+    };
+    let (x0, x1) = (
+        to(left, region.left, sx, offset.0, size.0),
+        to(right, region.left, sx, offset.0, size.0),
+    );
+    let (y0, y1) = (
+        to(top, region.top, sy, offset.1, size.1),
+        to(bottom, region.top, sy, offset.1, size.1),
+    );
+    if right <= left || bottom <= top || x1 <= x0 || y1 <= y0 {
+        return Ok(canvas);
+    }
+    let part = match whole {
+        true => resize(frame, x1 - x0, y1 - y0)?.rgb,
+        false => resample_f(
+            (frame.width, frame.height, &frame.rgb),
+            PixelType::U8x3,
+            [left, top, right - left, bottom - top],
+            (x1 - x0, y1 - y0),
+        )?,
+    };
+    let row = 3 * (x1 - x0);
+    for (y, src) in (y0..y1).zip(part.chunks_exact(row)) {
+        let start = 3 * (y * size.0 + x0);
+        canvas.rgb[start..start + row].copy_from_slice(src);
+    }
+    Ok(canvas)
+}
+
+/// The frame mirrored left to right.
+pub(super) fn mirror(frame: &Frame) -> Frame {
+    let row = 3 * frame.width as usize;
+    let mut rgb = Vec::with_capacity(frame.rgb.len());
+    for line in frame.rgb.chunks_exact(row.max(1)) {
+        rgb.extend(line.chunks_exact(3).rev().flatten());
+    }
+    Frame { rgb, ..*frame }
 }
 
 /// The frame at half its size, each pixel the rounded mean of a 2x2 block:
@@ -134,9 +225,34 @@ fn resample(
     Ok(dst.into_vec())
 }
 
-/// One RGB image appended to a run's NCHW f32 input (its three planes),
-/// channels in the order `norm` asks for, each value `(v - mean) * scale`.
-pub(super) fn append_input(image: &Frame, norm: Normalize, data: &mut Vec<f32>) -> Result<()> {
+/// `resample` of a sub-pixel rectangle (left, top, width, height).
+fn resample_f(
+    (width, height, pixels): (u32, u32, &[u8]),
+    pixel: PixelType,
+    [left, top, w_in, h_in]: [f32; 4],
+    (w, h): (usize, usize),
+) -> Result<Vec<u8>> {
+    let fail = |e: &dyn std::fmt::Display| Error::internal(format!("resize: {e}"));
+    let src = ImageRef::new(width, height, pixels, pixel).map_err(|e| fail(&e))?;
+    let mut dst = Image::new(w as u32, h as u32, pixel);
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Interpolation(FilterType::Bilinear))
+        .crop(left.into(), top.into(), w_in.into(), h_in.into());
+    Resizer::new()
+        .resize(&src, &mut dst, &options)
+        .map_err(|e| fail(&e))?;
+    Ok(dst.into_vec())
+}
+
+/// One RGB image appended to a run's f32 input in `layout` (three planes,
+/// or interleaved pixels), channels in the order `norm` asks for, each
+/// value `(v - mean) * scale` (the mean of that channel).
+pub(super) fn append_input(
+    image: &Frame,
+    norm: Normalize,
+    layout: Layout,
+    data: &mut Vec<f32>,
+) -> Result<()> {
     let (w, h) = (image.width as usize, image.height as usize);
     if image.rgb.len() != 3 * w * h {
         return Err(Error::internal(format!(
@@ -146,12 +262,23 @@ pub(super) fn append_input(image: &Frame, norm: Normalize, data: &mut Vec<f32>) 
     }
     let order = if norm.rgb { [0, 1, 2] } else { [2, 1, 0] };
     // Each byte's value computed once and looked up: about 3x faster than
-    // converting every pixel, same bits. Filled plane by plane, one pass over
-    // whole pixels each, never zeroed first.
-    let table: [f32; 256] = std::array::from_fn(|v| (v as f32 - norm.mean) * norm.scale);
+    // converting every pixel, same bits. Filled plane by plane (or pixel by
+    // pixel), one pass, never zeroed first.
+    let tables: [[f32; 256]; 3] =
+        std::array::from_fn(|k| std::array::from_fn(|v| (v as f32 - norm.mean[k]) * norm.scale));
     data.reserve(3 * w * h);
-    for c in order {
-        data.extend(image.rgb.chunks_exact(3).map(|p| table[usize::from(p[c])]));
+    match layout {
+        Layout::Nchw => {
+            for (k, c) in order.into_iter().enumerate() {
+                let table = &tables[k];
+                data.extend(image.rgb.chunks_exact(3).map(|p| table[usize::from(p[c])]));
+            }
+        }
+        Layout::Nhwc => {
+            for p in image.rgb.chunks_exact(3) {
+                data.extend((0..3).map(|k| tables[k][usize::from(p[order[k]])]));
+            }
+        }
     }
     Ok(())
 }
@@ -165,7 +292,8 @@ pub(super) fn l2_normalize(v: &[f32]) -> Vec<f32> {
     }
 }
 
-fn iou(a: &BoxPx, b: &BoxPx) -> f32 {
+/// Intersection over union of two boxes (0 when either is empty).
+pub(super) fn iou(a: &BoxPx, b: &BoxPx) -> f32 {
     let w = (a.right.min(b.right) - a.left.max(b.left)).max(0.0);
     let h = (a.bottom.min(b.bottom) - a.top.max(b.top)).max(0.0);
     let inter = w * h;
@@ -178,11 +306,15 @@ fn iou(a: &BoxPx, b: &BoxPx) -> f32 {
     }
 }
 
-/// Greedy non-maximum suppression over boxes sorted by descending score.
-pub fn nms(sorted: Vec<(BoxPx, f32)>, max_iou: f32) -> Vec<(BoxPx, f32)> {
-    let mut kept: Vec<(BoxPx, f32)> = Vec::new();
+/// Greedy non-maximum suppression over items sorted by descending score,
+/// each with its box.
+pub(super) fn nms<T>(sorted: Vec<T>, max_iou: f32, bbox: impl Fn(&T) -> &BoxPx) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::new();
     for candidate in sorted {
-        if kept.iter().all(|k| iou(&k.0, &candidate.0) <= max_iou) {
+        if kept
+            .iter()
+            .all(|k| iou(bbox(k), bbox(&candidate)) <= max_iou)
+        {
             kept.push(candidate);
         }
     }
@@ -209,7 +341,7 @@ mod tests {
             (b(1.0, 1.0, 11.0, 11.0), 0.8),
             (b(20.0, 20.0, 30.0, 30.0), 0.7),
         ];
-        let kept = nms(boxes, 0.3);
+        let kept = nms(boxes, 0.3, |(b, _)| b);
         assert_eq!(kept.len(), 2);
         assert_eq!(kept[0].1, 0.9);
         assert_eq!(kept[1].1, 0.7);
@@ -226,15 +358,30 @@ mod tests {
         };
         let norm = Normalize {
             rgb: true,
-            mean: 10.0,
+            mean: [10.0; 3],
             scale: 0.5,
         };
         let mut rgb = vec![-1.0];
-        append_input(&image, norm, &mut rgb).unwrap();
+        append_input(&image, norm, Layout::Nchw, &mut rgb).unwrap();
         assert_eq!(rgb, vec![-1.0, 0.0, 15.0, 5.0, 20.0, 10.0, 25.0]);
         let mut bgr = Vec::new();
-        append_input(&image, Normalize { rgb: false, ..norm }, &mut bgr).unwrap();
+        append_input(
+            &image,
+            Normalize { rgb: false, ..norm },
+            Layout::Nchw,
+            &mut bgr,
+        )
+        .unwrap();
         assert_eq!(bgr, vec![10.0, 25.0, 5.0, 20.0, 0.0, 15.0]);
+        // Interleaved, each channel its own mean (in the model's order).
+        let mut nhwc = Vec::new();
+        let per_channel = Normalize {
+            rgb: false,
+            mean: [0.0, 10.0, 20.0],
+            scale: 1.0,
+        };
+        append_input(&image, per_channel, Layout::Nhwc, &mut nhwc).unwrap();
+        assert_eq!(nhwc, vec![30.0, 10.0, -10.0, 60.0, 40.0, 20.0]);
     }
 
     #[test]
@@ -259,6 +406,37 @@ mod tests {
         };
         let half = resize(&frame, 2, 1).unwrap();
         assert_eq!(half.rgb, vec![3, 13, 102, 52, 62, 72]);
+    }
+
+    #[test]
+    fn a_region_lands_in_a_filled_canvas() {
+        // 4x2, each pixel its column's value: the right half, placed at
+        // (1, 1) of a 4x4 canvas at its own size.
+        let rgb: Vec<u8> = (0..2)
+            .flat_map(|_| (0..4u8).flat_map(|x| [x * 50; 3]))
+            .collect();
+        let frame = Frame {
+            width: 4,
+            height: 2,
+            rgb,
+        };
+        let region = Region {
+            left: 2.0,
+            top: 0.0,
+            width: 4.0,
+            height: 2.0,
+        };
+        let canvas = fill_region(&frame, &region, (4, 2), (1, 1), (4, 4), 9).unwrap();
+        let red: Vec<u8> = canvas.rgb.chunks_exact(3).map(|p| p[0]).collect();
+        assert_eq!(
+            red,
+            vec![9, 9, 9, 9, 9, 100, 150, 9, 9, 100, 150, 9, 9, 9, 9, 9]
+        );
+        // The whole frame stretched is `resize`'s.
+        let whole = fill_region(&frame, &Region::whole(&frame), (2, 1), (0, 0), (2, 1), 0).unwrap();
+        assert_eq!(whole.rgb, resize(&frame, 2, 1).unwrap().rgb);
+        let mirrored = mirror(&frame);
+        assert_eq!(&mirrored.rgb[..6], &[150, 150, 150, 100, 100, 100]);
     }
 
     #[test]

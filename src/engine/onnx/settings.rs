@@ -3,29 +3,83 @@
 
 use std::path::{Path, PathBuf};
 
+use super::detect::Placement;
 use super::hygiene::Hygiene;
 
 /// How to turn 8-bit pixels into a network input: channel order, then
-/// `(value - mean) * scale`.
+/// `(value - mean) * scale`, the mean of each channel in the model's order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Normalize {
     pub rgb: bool,
-    pub mean: f32,
+    pub mean: [f32; 3],
     pub scale: f32,
+}
+
+impl Normalize {
+    /// The values as they are, in RGB or BGR.
+    pub fn plain(rgb: bool) -> Self {
+        Normalize {
+            rgb,
+            mean: [0.0; 3],
+            scale: 1.0,
+        }
+    }
+}
+
+/// What the parameters set of the detector's preparation and thresholds;
+/// each part left `None` is the family's reference value.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DetectorAsked {
+    /// The input's (width, height), for a model whose size is free.
+    pub size: Option<(usize, usize)>,
+    pub placement: Option<Placement>,
+    pub rgb: Option<bool>,
+    pub mean: Option<[f32; 3]>,
+    pub scale: Option<f32>,
+    pub threshold: Option<f32>,
+    pub nms_iou: Option<f32>,
+}
+
+/// How an aligned face becomes the embedder's input, and its output an
+/// embedding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EmbedderConventions {
+    pub norm: Normalize,
+    /// Each face standardised on its own, `(v - mean) / max(std, 1/sqrt(n))`
+    /// over its values (FaceNet's prewhitening), instead of `norm`'s mean
+    /// and scale (its channel order still holds).
+    pub standardize: bool,
+    /// The face and its mirror image embedded, the two summed before the
+    /// embedding is normalised (insightface's and InsightFace-REST's
+    /// flip test).
+    pub flip: bool,
+}
+
+impl EmbedderConventions {
+    /// What the gallery must tell apart beyond the model files: empty for
+    /// the default conventions, so galleries made before they existed keep
+    /// their embedder's identity.
+    pub fn identity_text(&self) -> String {
+        let mut parts = Vec::new();
+        if self.standardize {
+            parts.push("standardize");
+        }
+        if self.flip {
+            parts.push("flip");
+        }
+        parts.join(",")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct OnnxSettings {
     pub detector_model: PathBuf,
+    /// The detector's family by name; `None`: read from the model.
+    pub detector_family: Option<String>,
     pub landmark_model: Option<PathBuf>,
     pub embedder_model: PathBuf,
-    /// Detector input (width, height) for models whose size is free; `None`:
-    /// the model's own fixed size.
-    pub detector_size: Option<(usize, usize)>,
-    pub detector_norm: Normalize,
-    pub score_threshold: f32,
-    pub nms_iou: f32,
-    pub embedder_norm: Normalize,
+    pub detector: DetectorAsked,
+    pub embedder: EmbedderConventions,
     /// Model cleaning at load (hygiene.rs).
     pub hygiene: Hygiene,
     /// Flush denormals to zero on the thread while the models run (fpu.rs).
@@ -73,24 +127,23 @@ impl Runtime {
 }
 
 impl OnnxSettings {
-    /// Defaults that fit UltraFace RFB-320 and ArcFace-style embedders.
+    /// The detector's family read from the model, with its reference
+    /// preparation; ArcFace-style embedders.
     pub fn defaults(dir: &Path) -> Self {
         OnnxSettings {
             detector_model: dir.join("detector.onnx"),
+            detector_family: None,
             landmark_model: None,
             embedder_model: dir.join("embedder.onnx"),
-            detector_size: None,
-            detector_norm: Normalize {
-                rgb: true,
-                mean: 127.0,
-                scale: 1.0 / 128.0,
-            },
-            score_threshold: 0.7,
-            nms_iou: 0.3,
-            embedder_norm: Normalize {
-                rgb: false,
-                mean: 127.0,
-                scale: 1.0 / 128.0,
+            detector: DetectorAsked::default(),
+            embedder: EmbedderConventions {
+                norm: Normalize {
+                    rgb: false,
+                    mean: [127.0; 3],
+                    scale: 1.0 / 128.0,
+                },
+                standardize: false,
+                flip: false,
             },
             hygiene: Hygiene::default(),
             flush_denormals: true,

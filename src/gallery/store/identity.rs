@@ -17,7 +17,8 @@ pub struct Identity {
     /// "euclidean" or "cosine".
     pub metric: String,
     pub dim: usize,
-    /// BLAKE3 (hex) over the model files the engine loaded, in order.
+    /// BLAKE3 (hex) over the model files the engine loaded, in order (and
+    /// the conventions that change what they give, where any is set).
     pub model_hash: String,
 }
 
@@ -37,6 +38,20 @@ impl Identity {
             dim,
             model_hash: hasher.finalize().to_hex().to_string(),
         })
+    }
+
+    /// The same files run with `conventions` that change their embeddings
+    /// (the ONNX embedder's `standardize`, `flip`): another identity; none
+    /// (empty) leaves it as it is.
+    pub fn with_conventions(mut self, conventions: &str) -> Self {
+        if !conventions.is_empty() {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(self.model_hash.as_bytes());
+            hasher.update(b"\0");
+            hasher.update(conventions.as_bytes());
+            self.model_hash = hasher.finalize().to_hex().to_string();
+        }
+        self
     }
 
     #[cfg(test)]

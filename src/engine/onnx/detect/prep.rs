@@ -1,0 +1,205 @@
+//! How a frame becomes a detector's input, and how the input's pixels go
+//! back to the frame's: stretched to the input, or letterboxed (scaled
+//! whole, the rest filled) at the top left or in the middle. The family
+//! says which (its reference code's), each part overridable by parameters.
+
+use super::super::ops::{append_input, fill_region, Layout};
+use super::super::settings::Normalize;
+use crate::error::Result;
+use crate::pipeline::{BoxPx, Frame};
+
+/// Where the scaled frame sits in the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Resized to the input's width and height, each on its own scale.
+    Stretch,
+    /// Scaled whole to fit, at the input's top left; the rest filled.
+    LetterboxTopLeft,
+    /// Scaled whole to fit, in the middle; the rest filled.
+    LetterboxCentre,
+}
+
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Stretch => "stretch",
+            Placement::LetterboxTopLeft => "letterbox",
+            Placement::LetterboxCentre => "letterbox-centre",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Placement::Stretch,
+            Placement::LetterboxTopLeft,
+            Placement::LetterboxCentre,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(text))
+    }
+}
+
+/// A detector's input preparation, settled at load.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prep {
+    /// The input's (width, height).
+    pub size: (usize, usize),
+    pub placement: Placement,
+    /// The byte value the letterbox's border is filled with (each channel).
+    pub fill: u8,
+    pub norm: Normalize,
+    pub layout: Layout,
+}
+
+/// Where a region of a frame went in the input: input = (frame - origin) *
+/// scale + offset, per axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mapping {
+    origin: [f32; 2],
+    scale: [f32; 2],
+    offset: [f32; 2],
+}
+
+impl Mapping {
+    /// A point of the input in the frame's pixels.
+    pub fn to_frame(&self, [x, y]: [f32; 2]) -> [f32; 2] {
+        [
+            (x - self.offset[0]) / self.scale[0] + self.origin[0],
+            (y - self.offset[1]) / self.scale[1] + self.origin[1],
+        ]
+    }
+
+    /// A box of the input (left, top, right, bottom) in the frame's pixels.
+    pub fn box_to_frame(&self, b: [f32; 4]) -> BoxPx {
+        let [left, top] = self.to_frame([b[0], b[1]]);
+        let [right, bottom] = self.to_frame([b[2], b[3]]);
+        BoxPx {
+            left,
+            top,
+            right,
+            bottom,
+        }
+    }
+}
+
+/// A square region of a frame (may reach past its edges), in frame pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Region {
+    pub left: f32,
+    pub top: f32,
+    pub width: f32,
+    pub height: f32,
+}
+
+impl Region {
+    pub fn whole(frame: &Frame) -> Self {
+        Region {
+            left: 0.0,
+            top: 0.0,
+            width: frame.width as f32,
+            height: frame.height as f32,
+        }
+    }
+}
+
+impl Prep {
+    /// Where `region` lands in the input, and the size it is scaled to.
+    pub fn mapping(&self, region: &Region) -> (Mapping, (usize, usize)) {
+        let (w, h) = (self.size.0 as f32, self.size.1 as f32);
+        let (rw, rh) = (region.width.max(1.0), region.height.max(1.0));
+        let (scaled, offset) = match self.placement {
+            Placement::Stretch => ((w, h), (0.0, 0.0)),
+            Placement::LetterboxTopLeft | Placement::LetterboxCentre => {
+                let ratio = (w / rw).min(h / rh);
+                let scaled = (
+                    (rw * ratio).round().clamp(1.0, w),
+                    (rh * ratio).round().clamp(1.0, h),
+                );
+                let offset = match self.placement {
+                    Placement::LetterboxCentre => (
+                        ((w - scaled.0) / 2.0).floor(),
+                        ((h - scaled.1) / 2.0).floor(),
+                    ),
+                    _ => (0.0, 0.0),
+                };
+                (scaled, offset)
+            }
+        };
+        let mapping = Mapping {
+            origin: [region.left, region.top],
+            scale: [scaled.0 / rw, scaled.1 / rh],
+            offset: [offset.0, offset.1],
+        };
+        (mapping, (scaled.0 as usize, scaled.1 as usize))
+    }
+
+    /// `region` of `frame` as the input, appended to `data`; where it went.
+    pub fn append(&self, frame: &Frame, region: &Region, data: &mut Vec<f32>) -> Result<Mapping> {
+        let (mapping, scaled) = self.mapping(region);
+        let image = fill_region(
+            frame,
+            region,
+            scaled,
+            mapping.offset_px(),
+            self.size,
+            self.fill,
+        )?;
+        append_input(&image, self.norm, self.layout, data)?;
+        Ok(mapping)
+    }
+}
+
+impl Mapping {
+    /// The offset in whole pixels (letterbox offsets are whole).
+    fn offset_px(&self) -> (usize, usize) {
+        (self.offset[0] as usize, self.offset[1] as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prep(placement: Placement, size: (usize, usize)) -> Prep {
+        Prep {
+            size,
+            placement,
+            fill: 0,
+            norm: Normalize::plain(true),
+            layout: Layout::Nchw,
+        }
+    }
+
+    #[test]
+    fn letterbox_keeps_the_aspect_and_maps_back() {
+        let whole = Region {
+            left: 0.0,
+            top: 0.0,
+            width: 1000.0,
+            height: 500.0,
+        };
+        let (m, scaled) = prep(Placement::LetterboxCentre, (640, 640)).mapping(&whole);
+        assert_eq!(scaled, (640, 320));
+        assert_eq!(m.to_frame([0.0, 160.0]), [0.0, 0.0]);
+        assert_eq!(m.to_frame([640.0, 480.0]), [1000.0, 500.0]);
+        let (m, _) = prep(Placement::LetterboxTopLeft, (640, 640)).mapping(&whole);
+        assert_eq!(m.to_frame([320.0, 160.0]), [500.0, 250.0]);
+        let (m, scaled) = prep(Placement::Stretch, (320, 240)).mapping(&whole);
+        assert_eq!(scaled, (320, 240));
+        assert_eq!(m.to_frame([160.0, 120.0]), [500.0, 250.0]);
+    }
+
+    #[test]
+    fn a_region_maps_from_its_own_corner() {
+        let region = Region {
+            left: -50.0,
+            top: 100.0,
+            width: 200.0,
+            height: 200.0,
+        };
+        let (m, scaled) = prep(Placement::LetterboxCentre, (100, 100)).mapping(&region);
+        assert_eq!(scaled, (100, 100));
+        assert_eq!(m.to_frame([0.0, 0.0]), [-50.0, 100.0]);
+        assert_eq!(m.to_frame([50.0, 50.0]), [50.0, 200.0]);
+    }
+}
