@@ -105,6 +105,29 @@ pub fn clean(model: &mut ModelProto, hygiene: Hygiene, form: PreluForm) -> Repor
     report
 }
 
+/// Each ConstantOfShape without its `value` given the one ONNX defines (a
+/// float 0): tract 0.23 takes the missing value for a double and then
+/// cannot join the result with float tensors (MediaPipe's BlazeFace pads
+/// with one). The same model either way; how many were spelt out.
+pub fn spell_out_defaults(model: &mut ModelProto) -> usize {
+    let Some(graph) = model.graph.as_mut() else {
+        return 0;
+    };
+    let mut count = 0;
+    for n in graph.node.iter_mut() {
+        if n.op_type == "ConstantOfShape" && !n.attribute.iter().any(|a| a.name == "value") {
+            n.attribute.push(AttributeProto {
+                name: "value".to_string(),
+                r#type: attribute_proto::AttributeType::Tensor as i32,
+                t: Some(float_tensor("", &[1], &[0.0])),
+                ..Default::default()
+            });
+            count += 1;
+        }
+    }
+    count
+}
+
 /// True when a weight lives outside the protobuf (external data file): such
 /// a model is loaded from its path, uncleaned.
 pub fn has_external_data(model: &ModelProto) -> bool {

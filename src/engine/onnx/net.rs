@@ -198,6 +198,9 @@ pub(super) fn load_net(
         false => batching,
     };
     let batch = batch_of(&mut proto, batching);
+    if let RuntimeChoice::Tract(_) = runtime {
+        hygiene::spell_out_defaults(&mut proto);
+    }
     let input = Input::declared(what, path, &proto, size)?;
     let source = Source {
         what,
