@@ -18,7 +18,9 @@
 //! either side of its mouth centre along the eyes' line, as far apart as
 //! the ArcFace template puts them for those eyes.
 
-use super::{check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit};
+use super::{
+    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit,
+};
 use super::{Placement, Reference};
 use crate::engine::onnx::ops::Layout;
 use crate::engine::onnx::settings::Normalize;
@@ -104,6 +106,25 @@ struct Decoder {
     lengths: Vec<usize>,
 }
 
+impl Decoder {
+    /// Map `m`'s values (its `n` anchors from `first`, `width` each): its own
+    /// output, or its share of the one both maps write.
+    fn map<'a>(
+        &self,
+        outputs: &'a [Vec<f32>],
+        parts: &[usize],
+        m: usize,
+        first: usize,
+        n: usize,
+        width: usize,
+    ) -> &'a [f32] {
+        match parts {
+            [one] => &outputs[*one][first * width..(first + n) * width],
+            _ => &outputs[parts[m]],
+        }
+    }
+}
+
 impl Decode for Decoder {
     fn decode(
         &self,
@@ -112,29 +133,20 @@ impl Decode for Decoder {
         found: &mut Vec<Candidate>,
     ) -> Result<()> {
         check_lengths(outputs, &self.lengths)?;
-        let scores: Vec<f32> = self
-            .scores
-            .iter()
-            .flat_map(|&k| outputs[k].iter().copied())
-            .collect();
-        let boxes: Vec<f32> = self
-            .boxes
-            .iter()
-            .flat_map(|&k| outputs[k].iter().copied())
-            .collect();
         let raw_threshold = logit(threshold);
         let mut anchor = 0;
-        for (cells, per_cell) in MAPS {
+        for (m, (cells, per_cell)) in MAPS.into_iter().enumerate() {
             let cell = self.side / cells as f32;
-            for i in 0..cells * cells * per_cell {
-                let (k, raw) = (anchor + i, scores[anchor + i]);
-                if raw.clamp(-SCORE_CLIP, SCORE_CLIP) < raw_threshold {
-                    continue;
-                }
+            let n = cells * cells * per_cell;
+            let scores = self.map(outputs, &self.scores, m, anchor, n, 1);
+            let boxes = self.map(outputs, &self.boxes, m, anchor, n, 16);
+            // Clipping at ±100 moves no logit across a threshold in (0, 1).
+            for i in at_least(scores, 0, 1, n, raw_threshold) {
+                let raw = scores[i];
                 let place = i / per_cell;
                 let ax = ((place % cells) as f32 + 0.5) * cell;
                 let ay = ((place / cells) as f32 + 0.5) * cell;
-                let r = &boxes[16 * k..16 * k + 16];
+                let r = &boxes[16 * i..16 * i + 16];
                 let (cx, cy, w, h) = (ax + r[0], ay + r[1], r[2], r[3]);
                 let point = |j: usize| [ax + r[4 + 2 * j], ay + r[5 + 2 * j]];
                 found.push(Candidate {
@@ -143,7 +155,7 @@ impl Decode for Decoder {
                     points: Some(five(point(0), point(1), point(2), point(3))),
                 });
             }
-            anchor += cells * cells * per_cell;
+            anchor += n;
         }
         debug_assert_eq!(anchor, ANCHORS);
         Ok(())

@@ -228,17 +228,26 @@ impl Stage {
             self.prep.append(frame, region, data).map(|_| ())
         });
         (runs.into_iter().zip(mappings))
-            .map(|(outputs, mapping)| {
-                let mut candidates = Vec::new();
-                self.decode.decode(&outputs?, threshold, &mut candidates)?;
-                let mut found: Vec<Found> = (candidates.iter())
-                    .filter_map(|c| in_frame(c, &mapping))
-                    .collect();
-                found.sort_by(|a, b| b.score.total_cmp(&a.score));
-                Ok(found)
-            })
+            .map(|(outputs, mapping)| read(&*self.decode, &outputs?, &mapping, threshold))
             .collect()
     }
+}
+
+/// One item's outputs as faces in the frame's pixels scoring `threshold` or
+/// more, best first.
+pub(super) fn read(
+    decode: &dyn Decode,
+    outputs: &[Vec<f32>],
+    mapping: &Mapping,
+    threshold: f32,
+) -> Result<Vec<Found>> {
+    let mut candidates = Vec::new();
+    decode.decode(outputs, threshold, &mut candidates)?;
+    let mut found: Vec<Found> = (candidates.iter())
+        .filter_map(|c| in_frame(c, mapping))
+        .collect();
+    found.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(found)
 }
 
 /// The model's input and outputs as a run of one blank item shows them; a

@@ -10,6 +10,7 @@
 //! left, the eye on its right, the nose tip, the mouth corner on the image's
 //! left, the one on its right (`pipeline::align::ARCFACE_112`).
 
+pub mod bench;
 mod blazeface;
 mod choose;
 mod detector;
@@ -193,6 +194,23 @@ pub(super) fn check_lengths(outputs: &[Vec<f32>], want: &[usize]) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// The positions of `values` (every `step`-th from `first`, `count` of
+/// them) at `least` or more: the scan each decoder starts with, one compare
+/// a candidate (NaN never passes).
+pub(super) fn at_least(
+    values: &[f32],
+    first: usize,
+    step: usize,
+    count: usize,
+    least: f32,
+) -> impl Iterator<Item = usize> + '_ {
+    let span = match count {
+        0 => &[][..],
+        _ => &values[first.min(values.len())..(first + (count - 1) * step + 1).min(values.len())],
+    };
+    (0..count).filter(move |&i| span.get(i * step).is_some_and(|&v| v >= least))
 }
 
 /// The logistic function.

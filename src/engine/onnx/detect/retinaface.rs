@@ -11,7 +11,9 @@
 
 use super::grid::{levels, Level};
 use super::scrfd::{PerStride, Scrfd};
-use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference};
+use super::{
+    at_least, check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference,
+};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
@@ -117,12 +119,9 @@ impl Decode for Priors {
         let mut start = 0;
         for (level, sizes) in self.levels.iter().zip(SIZES) {
             let s = level.stride as f32;
-            for i in 0..level.count() {
+            for i in at_least(conf, 2 * start + 1, 2, level.count(), threshold) {
                 let row = start + i;
                 let score = conf[2 * row + 1];
-                if score <= threshold {
-                    continue;
-                }
                 let (x, y) = level.cell(i);
                 let (px, py) = ((x + 0.5) * s, (y + 0.5) * s);
                 let side = sizes[i % 2];

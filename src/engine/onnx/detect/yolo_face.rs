@@ -14,14 +14,17 @@
 //! - NMS in the graph: `[1, K, 21]` or `[K, 21]` rows `x1, y1, x2, y2,
 //!   score, class, 5 x (x, y, visibility)` (Ultralytics `nms=True`,
 //!   YOLOv7-face `--export-nms`), or `[.., K, 6]` without points (YOLOv10):
-//!   any K, rows past the detections scored 0.
+//!   any K, rows past the detections scored 0; not suppressed again here
+//!   (`nms_iou` 1 unless set).
 //!
 //! Everything in input pixels. Input: letterboxed in the middle on grey
 //! 114, RGB, v / 255, 640x640 where free; threshold 0.5 (the repositories'
 //! demos use 0.25 to 0.6), NMS 0.5.
 
 use super::grid::{levels, Level};
-use super::{check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit};
+use super::{
+    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit,
+};
 use super::{Placement, Reference};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::{Error, Result};
@@ -145,7 +148,14 @@ impl Decode for Rows {
             true => data[c * n + i],
             false => data[i * self.width + c],
         };
-        for i in 0..n {
+        // Column 4 is the score, or the objectness it is a product of (the
+        // class probability is at most 1): a row below the threshold there
+        // cannot pass.
+        let (first, step) = match self.across {
+            true => (4 * n, 1),
+            false => (4, self.width),
+        };
+        for i in at_least(data, first, step, n, threshold) {
             let score = match self.kind {
                 Kind::V5 => value(i, 4) * value(i, 15),
                 Kind::V7 => value(i, 4) * value(i, 5),
@@ -185,6 +195,15 @@ impl Decode for Rows {
     fn gives_points(&self) -> bool {
         matches!(self.kind, Kind::V5 | Kind::V7 | Kind::V8)
             || (self.kind == Kind::Suppressed && self.width == 21)
+    }
+
+    /// Rows the graph already suppressed are not suppressed again (the
+    /// graph's own overlap, 0.7 in Ultralytics' exports, holds).
+    fn reference(&self) -> Option<Reference> {
+        (self.kind == Kind::Suppressed).then(|| Reference {
+            nms_iou: 1.0,
+            ..YoloFace.reference()
+        })
     }
 
     fn describe(&self) -> String {
@@ -260,11 +279,8 @@ impl Decode for Raw {
             let cells = level.count();
             let s = level.stride as f32;
             let at = |c: usize, i: usize| map[c * cells + i];
-            for i in 0..cells {
+            for i in at_least(map, 4 * BINS * cells, 1, cells, raw_threshold) {
                 let raw = at(4 * BINS, i);
-                if raw < raw_threshold {
-                    continue;
-                }
                 let (gx, gy) = level.cell(i);
                 let side = |k: usize| expected_bin((0..BINS).map(|b| at(k * BINS + b, i)));
                 let (ax, ay) = (gx + 0.5, gy + 0.5);

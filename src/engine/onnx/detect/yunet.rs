@@ -11,7 +11,9 @@
 //! threshold 0.9, NMS 0.3 (its defaults).
 
 use super::grid::{levels, Level};
-use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference};
+use super::{
+    at_least, check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference,
+};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
@@ -109,11 +111,16 @@ impl Decode for Decoder {
         for (l, level) in self.levels.iter().enumerate() {
             let [cls, obj, bbox, kps] = [0, 1, 2, 3].map(|g| &outputs[self.order[g * k + l]]);
             let s = level.stride as f32;
-            for i in 0..level.count() {
-                let score = (cls[i].clamp(0.0, 1.0) * obj[i].clamp(0.0, 1.0)).sqrt();
-                if score < threshold {
+            // sqrt(cls x obj) >= t exactly when cls x obj >= t^2: the root
+            // only for the faces.
+            let least = threshold * threshold;
+            // obj is at most 1: a place whose cls is below t^2 cannot pass.
+            for i in at_least(cls, 0, 1, level.count(), least) {
+                let product = cls[i].clamp(0.0, 1.0) * obj[i].clamp(0.0, 1.0);
+                if product < least {
                     continue;
                 }
+                let score = product.sqrt();
                 let (c, r) = level.cell(i);
                 let b = &bbox[4 * i..4 * i + 4];
                 let (cx, cy) = ((c + b[0]) * s, (r + b[1]) * s);
