@@ -19,7 +19,7 @@ use triton_face::engine::onnx::detect::bench::cases;
 fn table() {
     let cases = cases();
     let mut times: Vec<[Vec<Duration>; 2]> = vec![[Vec::new(), Vec::new()]; cases.len()];
-    for _ in 0..300 {
+    for _ in 0..2000 {
         for (case, times) in cases.iter().zip(&mut times) {
             for (k, with_faces) in [false, true].into_iter().enumerate() {
                 let start = Instant::now();

@@ -3,7 +3,8 @@
 # (assets/photos/obama_640x480.jpg).
 #   1. cargo bench --bench engine: decode / analyze in-process, one thread, for
 #      the dlib engine (group "engine") and the ONNX engine with the settings of
-#      model_repository/face_onnx (group "onnx");
+#      model_repository/face_onnx (group "onnx"); then examples/tract_kernels and
+#      cargo bench --bench decode (each detector family's outputs read);
 #   2. serves these models from a temporary model repository with the real
 #      tritonserver (one libtriton_face.so in --backend-directory; gallery:
 #      obama.jpg + biden.jpg each): `face` (dlib), `face_onnx` (its three
@@ -134,6 +135,8 @@ if [ -z "$LIBRARY" ]; then
     run_logged "$OUT/bench-engine.log" cargo bench --bench engine
     log "examples/tract_kernels: each of our tract ops against tract's own (log: out/bench-tract-kernels.txt; ~15 s)"
     run_logged "$OUT/bench-tract-kernels.txt" target/release/examples/tract_kernels "$ONNX_DIR" 100
+    log "cargo bench --bench decode: each detector family's outputs read, against UltraFace's (log: out/bench-decode.log; ~30 s)"
+    run_logged "$OUT/bench-decode.log" cargo bench --bench decode
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/triton-face-bench.XXXXXX")"

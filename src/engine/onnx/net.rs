@@ -175,6 +175,15 @@ pub(super) fn load_net(
             path.display()
         ))
     };
+    // A model tract reads but cannot run (an op or a type it does not
+    // handle): onnxruntime may.
+    let beyond_tract = |e: TractError| {
+        Error::unavailable(format!(
+            "{what} {}: tract cannot run this model ({e:#}); `runtime: onnxruntime` runs \
+             models tract cannot",
+            path.display()
+        ))
+    };
     let kernels = match runtime {
         RuntimeChoice::Tract(kernels) => *kernels,
         // For onnxruntime tract only reads the protobuf.
@@ -213,16 +222,20 @@ pub(super) fn load_net(
         RuntimeChoice::Ort { .. } => runner(source, None, runtime),
         RuntimeChoice::Tract(_) => {
             let dir = path.parent().and_then(Path::to_str);
-            let mut model = onnx.parse(&proto, dir).map_err(fail)?.model;
+            let mut model = onnx.parse(&proto, dir).map_err(beyond_tract)?.model;
             if input.free_size {
                 let fact = InferenceFact::dt_shape(f32::datum_type(), &*input.shape);
-                model.set_input_fact(0, fact).map_err(fail)?;
+                model.set_input_fact(0, fact).map_err(beyond_tract)?;
             }
-            runner(source, Some(model.into_typed().map_err(fail)?), runtime)
+            runner(
+                source,
+                Some(model.into_typed().map_err(beyond_tract)?),
+                runtime,
+            )
         }
     }
     .map_err(|e| match e {
-        Loading::Tract(e) => fail(e),
+        Loading::Tract(e) => beyond_tract(e),
         Loading::Other(e) => e,
     })?;
     let output_names = (proto.graph.iter())

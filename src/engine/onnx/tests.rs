@@ -126,6 +126,76 @@ fn a_batch_answers_as_one_frame_at_a_time() {
     }
 }
 
+/// MediaPipe's BlazeFace (its batch of 1 freed) and the sample embedder:
+/// no landmark model, the detector's own points; `locate` for the points at
+/// a tracker's box.
+fn blazeface(max_engine_batch: usize) -> OnnxEngine {
+    let models = test_assets("onnx");
+    let settings = OnnxSettings {
+        detector_model: models.join("face_detection_front_128x128_barracuda.onnx"),
+        embedder_model: models.join("fr_feature.onnx"),
+        max_engine_batch: Some(max_engine_batch),
+        free_batch: true,
+        ..OnnxSettings::defaults(&models)
+    };
+    OnnxEngine::load(&settings).unwrap_or_else(|e| panic!("{e}: run scripts/setup.sh"))
+}
+
+#[test]
+fn a_family_with_points_batches_as_it_runs_alone() {
+    let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
+    let mut batched = blazeface(8);
+    let mut alone = blazeface(1);
+    let log = batched.describe();
+    assert!(log.contains("blazeface detector") && log.contains("five points from the detector"));
+    assert!(batched.batches(), "{log}");
+    // No crops: a run of several items may round a point a hair otherwise
+    // than one alone (within the pixel assert_same allows), and a crop
+    // compares pixel for pixel.
+    let frames: Vec<(&Frame, Wanted)> = (0..7)
+        .map(|i| {
+            let wanted = Wanted {
+                crops: false,
+                ..wanted(i)
+            };
+            (&photos[i % photos.len()], wanted)
+        })
+        .collect();
+    let want = one_at_a_time(&mut alone, &frames);
+    let mut faces = 0;
+    for (i, (got, want)) in batched.analyze(&frames).iter().zip(&want).enumerate() {
+        let (got, want) = (got.as_ref().unwrap(), want.as_ref().unwrap());
+        assert_same(got, want, &format!("frame {i}"));
+        faces += got.faces.len();
+    }
+    assert!(faces >= 4, "{faces} faces");
+    // The points at the faces' boxes (a tracker's), from the detector on the
+    // region around each: near the ones it found, in a batch of regions.
+    let obama = &photos[0];
+    let found = alone
+        .analyze(&[(obama, Wanted::all(8))])
+        .pop()
+        .unwrap()
+        .unwrap();
+    let boxes: Vec<BoxPx> = found.faces.iter().map(|f| f.bbox).collect();
+    let asked = [(obama, boxes.clone()), (obama, boxes)];
+    for located in batched.faces_at_many(&asked) {
+        for (at, face) in located.unwrap().iter().zip(&found.faces) {
+            let worst = (at.landmarks.iter().flatten())
+                .zip(face.landmarks.iter().flatten())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            // The region shows the face larger than the frame does: its
+            // points differ as two looks do, within a tenth of the face.
+            let side = face.bbox.right - face.bbox.left;
+            assert!(
+                worst < 0.1 * side,
+                "points {worst} px from the detected ones ({side} px face)"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_fixed_batch_runs_one_item_at_a_time_unless_freed() {
     let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
