@@ -203,26 +203,14 @@ fn grey_of(px: &[u8]) -> u8 {
 
 /// The `rect` of an image of `pixel` type resized to `w`x`h`.
 fn resample(
-    (width, height, pixels): (u32, u32, &[u8]),
+    image: (u32, u32, &[u8]),
     pixel: PixelType,
     rect: Rect,
-    (w, h): (usize, usize),
+    size: (usize, usize),
 ) -> Result<Vec<u8>> {
-    let fail = |e: &dyn std::fmt::Display| Error::internal(format!("resize: {e}"));
-    let src = ImageRef::new(width, height, pixels, pixel).map_err(|e| fail(&e))?;
-    let mut dst = Image::new(w as u32, h as u32, pixel);
-    let options = ResizeOptions::new()
-        .resize_alg(ResizeAlg::Interpolation(FilterType::Bilinear))
-        .crop(
-            rect.x.into(),
-            rect.y.into(),
-            rect.width.into(),
-            rect.height.into(),
-        );
-    Resizer::new()
-        .resize(&src, &mut dst, &options)
-        .map_err(|e| fail(&e))?;
-    Ok(dst.into_vec())
+    // Whole pixels are exact as f32 (frames are far below 2^24 pixels a side).
+    let rect = [rect.x, rect.y, rect.width, rect.height].map(|v| v as f32);
+    resample_f(image, pixel, rect, size)
 }
 
 /// `resample` of a sub-pixel rectangle (left, top, width, height).

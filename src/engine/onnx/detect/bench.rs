@@ -73,9 +73,7 @@ fn case(l: Spec) -> Case {
             .collect(),
     };
     let family = choose::find(l.family).expect("a family");
-    let decode = family
-        .fit(&graph)
-        .unwrap_or_else(|m| panic!("{}: {}", l.name, m.why));
+    let decode = (family.fit)(&graph).unwrap_or_else(|m| panic!("{}: {}", l.name, m.why));
     let empty: Vec<Vec<f32>> = (l.outputs.iter())
         .map(|(shape, fill)| vec![*fill; shape.iter().product()])
         .collect();
@@ -89,7 +87,7 @@ fn case(l: Spec) -> Case {
             (l.plant)(&mut outputs, place * l.anchors);
         }
     }
-    let reference = decode.reference().unwrap_or(family.reference());
+    let reference = decode.reference().unwrap_or(family.reference);
     let prep = Prep {
         size: l.size,
         placement: reference.placement,

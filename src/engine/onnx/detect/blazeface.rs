@@ -27,65 +27,58 @@ use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 use crate::pipeline::align::ARCFACE_112;
 
-pub struct BlazeFace;
-
 /// The two feature maps: cells per row and anchors a cell.
 const MAPS: [(usize, usize); 2] = [(16, 2), (8, 6)];
 const ANCHORS: usize = 896;
 const SCORE_CLIP: f32 = 100.0;
 
-impl Family for BlazeFace {
-    fn name(&self) -> &'static str {
-        "blazeface"
-    }
+pub static FAMILY: Family = Family {
+    name: "blazeface",
+    reference: Reference {
+        size: None,
+        placement: Placement::LetterboxCentre,
+        fill: 0,
+        norm: Normalize {
+            rgb: true,
+            mean: [127.5; 3],
+            scale: 1.0 / 127.5,
+        },
+        threshold: 0.75,
+        nms_iou: 0.3,
+    },
+    fit,
+};
 
-    fn reference(&self) -> Reference {
-        Reference {
-            size: None,
-            placement: Placement::LetterboxCentre,
-            fill: 0,
-            norm: Normalize {
-                rgb: true,
-                mean: [127.5; 3],
-                scale: 1.0 / 127.5,
-            },
-            threshold: 0.75,
-            nms_iou: 0.3,
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    let shapes: Vec<&[usize]> = graph.outputs.iter().map(|o| o.item_shape()).collect();
+    let (scores, boxes): (Vec<usize>, Vec<usize>) = match shapes.as_slice() {
+        // keijiro's: each map's scores, then each map's regressors.
+        [[512, 1], [384, 1], [512, 16], [384, 16]] => (vec![0, 1], vec![2, 3]),
+        [[896, 16], [896, 1]] => (vec![1], vec![0]),
+        [[896, 1], [896, 16]] => (vec![0], vec![1]),
+        _ => {
+            let near = graph.layout == Layout::Nhwc || shapes.iter().any(|s| s.last() == Some(&16));
+            let why = format!(
+                "blazeface reads scores [1,512,1], [1,384,1] and regressors [1,512,16], \
+                 [1,384,16] (or [1,896,1] and [1,896,16]); the outputs are {}",
+                shapes_text(graph)
+            );
+            return Err(Misfit { why, near });
         }
+    };
+    if graph.size.0 != graph.size.1 || !graph.size.0.is_multiple_of(16) {
+        return Err(Misfit::near(format!(
+            "blazeface takes a square input of 16 cells a row; this one is {}x{}",
+            graph.size.0, graph.size.1
+        )));
     }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        let shapes: Vec<&[usize]> = graph.outputs.iter().map(|o| o.item_shape()).collect();
-        let (scores, boxes): (Vec<usize>, Vec<usize>) = match shapes.as_slice() {
-            // keijiro's: each map's scores, then each map's regressors.
-            [[512, 1], [384, 1], [512, 16], [384, 16]] => (vec![0, 1], vec![2, 3]),
-            [[896, 16], [896, 1]] => (vec![1], vec![0]),
-            [[896, 1], [896, 16]] => (vec![0], vec![1]),
-            _ => {
-                let near =
-                    graph.layout == Layout::Nhwc || shapes.iter().any(|s| s.last() == Some(&16));
-                let why = format!(
-                    "blazeface reads scores [1,512,1], [1,384,1] and regressors [1,512,16], \
-                     [1,384,16] (or [1,896,1] and [1,896,16]); the outputs are {}",
-                    shapes_text(graph)
-                );
-                return Err(Misfit { why, near });
-            }
-        };
-        if graph.size.0 != graph.size.1 || !graph.size.0.is_multiple_of(16) {
-            return Err(Misfit::near(format!(
-                "blazeface takes a square input of 16 cells a row; this one is {}x{}",
-                graph.size.0, graph.size.1
-            )));
-        }
-        let lengths = graph.outputs.iter().map(|o| o.values()).collect();
-        Ok(Box::new(Decoder {
-            scores,
-            boxes,
-            side: graph.size.0 as f32,
-            lengths,
-        }))
-    }
+    let lengths = graph.outputs.iter().map(|o| o.values()).collect();
+    Ok(Box::new(Decoder {
+        scores,
+        boxes,
+        side: graph.size.0 as f32,
+        lengths,
+    }))
 }
 
 fn shapes_text(graph: &Graph) -> String {
@@ -174,9 +167,9 @@ impl Decode for Decoder {
 
     /// The back-camera model (256x256) is MediaPipe's with threshold 0.65.
     fn reference(&self) -> Option<Reference> {
-        (self.side >= 256.0).then(|| Reference {
+        (self.side >= 256.0).then_some(Reference {
             threshold: 0.65,
-            ..BlazeFace.reference()
+            ..FAMILY.reference
         })
     }
 }

@@ -20,9 +20,9 @@ pub const FAMILY_NAMES: &[&str] = &[
 ];
 
 /// The family called `name` (any case).
-pub fn find(name: &str) -> Result<&'static dyn Family> {
+pub fn find(name: &str) -> Result<&'static Family> {
     (FAMILIES.iter().copied())
-        .find(|f| f.name().eq_ignore_ascii_case(name))
+        .find(|f| f.name.eq_ignore_ascii_case(name))
         .ok_or_else(|| {
             Error::invalid(format!(
                 "detector_family {name:?} is not one of {}",
@@ -33,11 +33,11 @@ pub fn find(name: &str) -> Result<&'static dyn Family> {
 
 /// `family`'s decoder for the model, or a load error that says why it does
 /// not fit and which family does.
-pub fn fit(family: &dyn Family, graph: &Graph, path: &Path) -> Result<Box<dyn Decode>> {
-    family.fit(graph).map_err(|misfit| {
+pub fn fit(family: &Family, graph: &Graph, path: &Path) -> Result<Box<dyn Decode>> {
+    (family.fit)(graph).map_err(|misfit| {
         let others: Vec<&str> = (FAMILIES.iter())
-            .filter(|f| f.name() != family.name() && f.fit(graph).is_ok())
-            .map(|f| f.name())
+            .filter(|f| f.name != family.name && (f.fit)(graph).is_ok())
+            .map(|f| f.name)
             .collect();
         let instead = match others.as_slice() {
             [] => String::new(),
@@ -46,7 +46,7 @@ pub fn fit(family: &dyn Family, graph: &Graph, path: &Path) -> Result<Box<dyn De
         Error::unavailable(format!(
             "detector_model {}: detector_family {} does not fit it: {} ({}){instead}",
             path.display(),
-            family.name(),
+            family.name,
             misfit.why,
             graph.describe()
         ))
@@ -56,18 +56,18 @@ pub fn fit(family: &dyn Family, graph: &Graph, path: &Path) -> Result<Box<dyn De
 /// The one family whose layout the model's outputs are in. Families that
 /// read the same layout the same way (insightface's RetinaFace is SCRFD's)
 /// count once: the first of them.
-pub fn auto(graph: &Graph, path: &Path) -> Result<(&'static dyn Family, Box<dyn Decode>)> {
-    let mut fits: Vec<(&'static dyn Family, Box<dyn Decode>)> = Vec::new();
+pub fn auto(graph: &Graph, path: &Path) -> Result<(&'static Family, Box<dyn Decode>)> {
+    let mut fits: Vec<(&'static Family, Box<dyn Decode>)> = Vec::new();
     let mut near = Vec::new();
     for &family in FAMILIES {
-        match family.fit(graph) {
+        match (family.fit)(graph) {
             Ok(decode) => {
                 let same = fits.iter().any(|(_, d)| d.describe() == decode.describe());
                 if !same {
                     fits.push((family, decode));
                 }
             }
-            Err(misfit) if misfit.near => near.push(format!("{}: {}", family.name(), misfit.why)),
+            Err(misfit) if misfit.near => near.push(format!("{}: {}", family.name, misfit.why)),
             Err(_) => {}
         }
     }
@@ -85,7 +85,7 @@ pub fn auto(graph: &Graph, path: &Path) -> Result<(&'static dyn Family, Box<dyn 
             FAMILY_NAMES[1..].join(", ")
         ))),
         _ => {
-            let names: Vec<&str> = fits.iter().map(|(f, _)| f.name()).collect();
+            let names: Vec<&str> = fits.iter().map(|(f, _)| f.name).collect();
             Err(Error::unavailable(format!(
                 "detector_model {}: its outputs fit several families ({}; {}): set \
                  `detector_family` to the one it is",
@@ -103,9 +103,9 @@ mod tests {
 
     #[test]
     fn every_family_has_its_name_and_only_those() {
-        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name()).collect();
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
         assert_eq!(names, FAMILY_NAMES[1..]);
-        assert_eq!(find("SCRFD").unwrap().name(), "scrfd");
+        assert_eq!(find("SCRFD").unwrap().name, "scrfd");
         assert!(find("mtcnn").is_err());
     }
 }

@@ -45,7 +45,7 @@ pub(in crate::engine::onnx) struct Stage {
 }
 
 pub(in crate::engine::onnx) struct Detector {
-    family: &'static dyn Family,
+    family: &'static Family,
     pub full: Stage,
     /// A free-size model loaded again at LOCATOR_SIZE, for faces' regions;
     /// `None`: `full` takes them.
@@ -65,7 +65,7 @@ impl Detector {
             .transpose()?;
         let asked = settings.detector.size;
         let first = asked
-            .or(named.and_then(|f| f.reference().size))
+            .or(named.and_then(|f| f.reference.size))
             .unwrap_or(PROBE_SIZE);
         let net = load(first)?;
         if let Some((w, h)) = asked.filter(|&s| !net.free_size && s != net.image_size()) {
@@ -83,7 +83,7 @@ impl Detector {
         };
         let mut full = Stage::new(net, decode, family, &graph, settings);
         // A free-size model read at another size than its family's.
-        let reference = family.reference().size;
+        let reference = family.reference.size;
         if full.net.free_size && asked.is_none() && reference.is_some_and(|s| s != graph.size) {
             full = Stage::load(
                 load,
@@ -108,7 +108,7 @@ impl Detector {
     }
 
     pub fn family_name(&self) -> &'static str {
-        self.family.name()
+        self.family.name
     }
 
     /// Whether its faces come with five points.
@@ -147,7 +147,7 @@ impl Detector {
         };
         format!(
             "{} detector {file} ({}; {}x{} {} {}{locator})",
-            self.family.name(),
+            self.family.name,
             self.full.decode.describe(),
             prep.size.0,
             prep.size.1,
@@ -165,7 +165,7 @@ impl Detector {
             "detector_family={} detector_input_size={}x{} detector_resize={} \
              detector_channels={} detector_mean={mean} detector_scale={} \
              detector_threshold={} nms_iou={}",
-            self.family.name(),
+            self.family.name,
             prep.size.0,
             prep.size.1,
             prep.placement.name(),
@@ -181,11 +181,11 @@ impl Stage {
     fn new(
         net: Net,
         decode: Box<dyn Decode>,
-        family: &dyn Family,
+        family: &Family,
         graph: &Graph,
         settings: &OnnxSettings,
     ) -> Self {
-        let reference = decode.reference().unwrap_or(family.reference());
+        let reference = decode.reference().unwrap_or(family.reference);
         let asked = &settings.detector;
         let prep = Prep {
             size: graph.size,
@@ -202,15 +202,15 @@ impl Stage {
     }
 
     /// The reference preparation of the layout it reads.
-    fn reference(&self, family: &dyn Family) -> super::Reference {
-        self.decode.reference().unwrap_or(family.reference())
+    fn reference(&self, family: &Family) -> super::Reference {
+        self.decode.reference().unwrap_or(family.reference)
     }
 
     /// The model loaded at `size` and read as `family`.
     fn load(
         load: &LoadAt<'_>,
         size: (usize, usize),
-        family: &dyn Family,
+        family: &Family,
         settings: &OnnxSettings,
         path: &Path,
     ) -> Result<Self> {

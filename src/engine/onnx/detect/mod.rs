@@ -1,7 +1,7 @@
 //! Detector families behind one small interface. A family (one file here, one
 //! row of `FAMILIES`) says how a frame becomes its input (`Reference`: size,
 //! placement, normalisation) and reads its model's outputs as candidates:
-//! boxes, scores and, where it has them, five points (`Family::fit` checks
+//! boxes, scores and, where it has them, five points (a family's `fit` checks
 //! the outputs are in its layout and returns the `Decode` that reads them).
 //! The family is chosen once at load, by name or read from the graph
 //! (`choose.rs`); the engine's stages never ask which one runs.
@@ -133,13 +133,13 @@ impl Misfit {
     }
 }
 
-/// A family: its name, reference preparation, and how it reads a model.
-pub trait Family: Sync {
-    fn name(&self) -> &'static str;
-    fn reference(&self) -> Reference;
-    /// The decoder for this model's outputs, or why they are not this
-    /// family's.
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit>;
+/// A family, one row of `FAMILIES`: its name, its reference preparation,
+/// and how it reads a model.
+pub struct Family {
+    pub name: &'static str,
+    pub reference: Reference,
+    /// The decoder for a model's outputs, or why they are not this family's.
+    pub fit: fn(&Graph) -> std::result::Result<Box<dyn Decode>, Misfit>,
 }
 
 /// Reads one item's outputs (each output's values, in the model's output
@@ -166,13 +166,13 @@ pub trait Decode: Send + Sync {
 }
 
 /// Every family, in the order a load error lists them.
-pub(super) static FAMILIES: &[&dyn Family] = &[
-    &ultraface::UltraFace,
-    &scrfd::Scrfd,
-    &retinaface::RetinaFace,
-    &yunet::YuNet,
-    &blazeface::BlazeFace,
-    &yolo_face::YoloFace,
+pub(super) static FAMILIES: &[&Family] = &[
+    &ultraface::FAMILY,
+    &scrfd::FAMILY,
+    &retinaface::FAMILY,
+    &yunet::FAMILY,
+    &blazeface::FAMILY,
+    &yolo_face::FAMILY,
 ];
 
 /// The outputs' lengths as `graph` showed them, each checked against

@@ -10,57 +10,51 @@
 //! SCRFD's per-stride layout and read as SCRFD reads them.
 
 use super::grid::{levels, Level};
-use super::scrfd::{PerStride, Scrfd};
+use super::scrfd::{self, PerStride};
 use super::{
     at_least, check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference,
 };
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
-pub struct RetinaFace;
-
 const STRIDES: [usize; 3] = [8, 16, 32];
 /// The prior sizes (input pixels) of each stride, in row order.
 const SIZES: [[f32; 2]; 3] = [[16.0, 32.0], [64.0, 128.0], [256.0, 512.0]];
 const VARIANCES: [f32; 2] = [0.1, 0.2];
 
-impl Family for RetinaFace {
-    fn name(&self) -> &'static str {
-        "retinaface"
-    }
+pub static FAMILY: Family = Family {
+    name: "retinaface",
+    reference: Reference {
+        size: Some((640, 640)),
+        placement: Placement::LetterboxTopLeft,
+        fill: 0,
+        norm: Normalize {
+            rgb: false,
+            mean: [104.0, 117.0, 123.0],
+            scale: 1.0,
+        },
+        threshold: 0.6,
+        nms_iou: 0.4,
+    },
+    fit,
+};
 
-    fn reference(&self) -> Reference {
-        Reference {
-            size: Some((640, 640)),
-            placement: Placement::LetterboxTopLeft,
-            fill: 0,
-            norm: Normalize {
-                rgb: false,
-                mean: [104.0, 117.0, 123.0],
-                scale: 1.0,
-            },
-            threshold: 0.6,
-            nms_iou: 0.4,
-        }
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    if graph.outputs.len() != 3 {
+        // insightface's RetinaFace: SCRFD's layout and preparation.
+        return match PerStride::fit(graph, "retinaface") {
+            Ok(per_stride) => Ok(Box::new(InsightFace(per_stride))),
+            Err(misfit) => Err(Misfit {
+                why: format!(
+                    "retinaface has 3 outputs (loc [1,N,4], conf [1,N,2], landms \
+                     [1,N,10]) or insightface's per-stride layout ({})",
+                    misfit.why
+                ),
+                ..misfit
+            }),
+        };
     }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        if graph.outputs.len() != 3 {
-            // insightface's RetinaFace: SCRFD's layout and preparation.
-            return match PerStride::fit(graph, "retinaface") {
-                Ok(per_stride) => Ok(Box::new(InsightFace(per_stride))),
-                Err(misfit) => Err(Misfit {
-                    why: format!(
-                        "retinaface has 3 outputs (loc [1,N,4], conf [1,N,2], landms \
-                         [1,N,10]) or insightface's per-stride layout ({})",
-                        misfit.why
-                    ),
-                    ..misfit
-                }),
-            };
-        }
-        Priors::fit(graph).map(|p| Box::new(p) as Box<dyn Decode>)
-    }
+    Priors::fit(graph).map(|p| Box::new(p) as Box<dyn Decode>)
 }
 
 /// The PyTorch export: which output is which, over the priors of the input.
@@ -183,6 +177,6 @@ impl Decode for InsightFace {
     }
 
     fn reference(&self) -> Option<Reference> {
-        Some(Scrfd.reference())
+        Some(scrfd::FAMILY.reference)
     }
 }

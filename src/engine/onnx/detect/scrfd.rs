@@ -15,31 +15,25 @@ use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, 
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
-pub struct Scrfd;
+pub static FAMILY: Family = Family {
+    name: "scrfd",
+    reference: Reference {
+        size: Some((640, 640)),
+        placement: Placement::LetterboxTopLeft,
+        fill: 0,
+        norm: Normalize {
+            rgb: true,
+            mean: [127.5; 3],
+            scale: 1.0 / 128.0,
+        },
+        threshold: 0.5,
+        nms_iou: 0.4,
+    },
+    fit,
+};
 
-impl Family for Scrfd {
-    fn name(&self) -> &'static str {
-        "scrfd"
-    }
-
-    fn reference(&self) -> Reference {
-        Reference {
-            size: Some((640, 640)),
-            placement: Placement::LetterboxTopLeft,
-            fill: 0,
-            norm: Normalize {
-                rgb: true,
-                mean: [127.5; 3],
-                scale: 1.0 / 128.0,
-            },
-            threshold: 0.5,
-            nms_iou: 0.4,
-        }
-    }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        Ok(Box::new(PerStride::fit(graph, "scrfd")?))
-    }
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    Ok(Box::new(PerStride::fit(graph, "scrfd")?))
 }
 
 /// insightface's per-stride layout, as read for one input size.

@@ -283,7 +283,7 @@ fn ultraface_reads_scores_and_corner_boxes_in_either_order() {
 #[test]
 fn auto_names_the_one_family_and_explains_the_rest() {
     let path = Path::new("d.onnx");
-    let named = |g: &Graph| auto(g, path).map(|(f, _)| f.name());
+    let named = |g: &Graph| auto(g, path).map(|(f, _)| f.name);
     let scrfd = graph(&[
         ("a", &[128, 1]),
         ("b", &[32, 1]),

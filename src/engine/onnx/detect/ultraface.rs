@@ -8,53 +8,47 @@ use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, 
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
-pub struct UltraFace;
+pub static FAMILY: Family = Family {
+    name: "ultraface",
+    reference: Reference {
+        size: Some((320, 240)),
+        placement: Placement::Stretch,
+        fill: 0,
+        norm: Normalize {
+            rgb: true,
+            mean: [127.0; 3],
+            scale: 1.0 / 128.0,
+        },
+        threshold: 0.7,
+        nms_iou: 0.3,
+    },
+    fit,
+};
 
-impl Family for UltraFace {
-    fn name(&self) -> &'static str {
-        "ultraface"
-    }
-
-    fn reference(&self) -> Reference {
-        Reference {
-            size: Some((320, 240)),
-            placement: Placement::Stretch,
-            fill: 0,
-            norm: Normalize {
-                rgb: true,
-                mean: [127.0; 3],
-                scale: 1.0 / 128.0,
-            },
-            threshold: 0.7,
-            nms_iou: 0.3,
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    let [a, b] = graph.outputs.as_slice() else {
+        return Err(Misfit::far(format!(
+            "ultraface has 2 outputs (scores [1,N,2], boxes [1,N,4]), not {}",
+            graph.outputs.len()
+        )));
+    };
+    let (a_shape, b_shape) = (a.item_shape(), b.item_shape());
+    let (scores, n) = match (a_shape, b_shape) {
+        ([n, 2], [m, 4]) if n == m => (0, *n),
+        ([n, 4], [m, 2]) if n == m => (1, *n),
+        _ => {
+            return Err(Misfit::near(format!(
+                "ultraface reads scores [1,N,2] and boxes [1,N,4]; the outputs are {:?} \
+                 and {:?}",
+                a.shape, b.shape
+            )))
         }
-    }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        let [a, b] = graph.outputs.as_slice() else {
-            return Err(Misfit::far(format!(
-                "ultraface has 2 outputs (scores [1,N,2], boxes [1,N,4]), not {}",
-                graph.outputs.len()
-            )));
-        };
-        let (a_shape, b_shape) = (a.item_shape(), b.item_shape());
-        let (scores, n) = match (a_shape, b_shape) {
-            ([n, 2], [m, 4]) if n == m => (0, *n),
-            ([n, 4], [m, 2]) if n == m => (1, *n),
-            _ => {
-                return Err(Misfit::near(format!(
-                    "ultraface reads scores [1,N,2] and boxes [1,N,4]; the outputs are {:?} \
-                     and {:?}",
-                    a.shape, b.shape
-                )))
-            }
-        };
-        Ok(Box::new(Decoder {
-            scores,
-            n,
-            size: graph.size,
-        }))
-    }
+    };
+    Ok(Box::new(Decoder {
+        scores,
+        n,
+        size: graph.size,
+    }))
 }
 
 struct Decoder {

@@ -29,77 +29,71 @@ use super::{Placement, Reference};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::{Error, Result};
 
-pub struct YoloFace;
-
 const STRIDES: [usize; 3] = [8, 16, 32];
 /// Distribution bins per side in the raw YOLOv8 maps (Ultralytics' reg_max).
 const BINS: usize = 16;
 const RAW_CHANNELS: usize = 4 * BINS + 1 + 15;
 
-impl Family for YoloFace {
-    fn name(&self) -> &'static str {
-        "yolo-face"
-    }
+pub static FAMILY: Family = Family {
+    name: "yolo-face",
+    reference: Reference {
+        size: Some((640, 640)),
+        placement: Placement::LetterboxCentre,
+        fill: 114,
+        norm: Normalize {
+            rgb: true,
+            mean: [0.0; 3],
+            scale: 1.0 / 255.0,
+        },
+        threshold: 0.5,
+        nms_iou: 0.5,
+    },
+    fit,
+};
 
-    fn reference(&self) -> Reference {
-        Reference {
-            size: Some((640, 640)),
-            placement: Placement::LetterboxCentre,
-            fill: 114,
-            norm: Normalize {
-                rgb: true,
-                mean: [0.0; 3],
-                scale: 1.0 / 255.0,
-            },
-            threshold: 0.5,
-            nms_iou: 0.5,
-        }
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    let levels = levels(&STRIDES, graph.size, 1);
+    let places: usize = levels.iter().map(Level::count).sum();
+    if graph.outputs.len() == 3 {
+        return Raw::fit(graph, levels).map(|d| Box::new(d) as Box<dyn Decode>);
     }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        let levels = levels(&STRIDES, graph.size, 1);
-        let places: usize = levels.iter().map(Level::count).sum();
-        if graph.outputs.len() == 3 {
-            return Raw::fit(graph, levels).map(|d| Box::new(d) as Box<dyn Decode>);
-        }
-        let [output] = graph.outputs.as_slice() else {
-            return Err(Misfit::far(format!(
-                "yolo-face has one output (or three raw YOLOv8 maps), not {}",
-                graph.outputs.len()
-            )));
-        };
-        let shape = output.item_shape();
-        let rows = |kind, n, width, across| {
-            Ok(Box::new(Rows {
-                kind,
-                n,
-                width,
-                across,
-            }) as Box<dyn Decode>)
-        };
-        match *shape {
-            [n, 16] if n == 3 * places => rows(Kind::V5, n, 16, false),
-            [n, 21] if n == 3 * places => rows(Kind::V7, n, 21, false),
-            [20, n] if n == places => rows(Kind::V8, n, 20, true),
-            [n, 20] if n == places => rows(Kind::V8, n, 20, false),
-            [5, n] if n == places => rows(Kind::V8Boxes, n, 5, true),
-            [n, 5] if n == places => rows(Kind::V8Boxes, n, 5, false),
-            [_, 21] => rows(Kind::Suppressed, 0, 21, false),
-            [_, 6] => rows(Kind::Suppressed, 0, 6, false),
-            _ => Err(Misfit {
-                why: format!(
-                    "yolo-face reads [1,{},16] (YOLOv5-face), [1,{},21] (YOLOv7-face), \
-                     [1,20,{places}] or [1,5,{places}] (YOLOv8), or [1,K,21] / [1,K,6] (NMS in \
-                     the graph) at {}x{}; the output is {:?}",
-                    3 * places,
-                    3 * places,
-                    graph.size.0,
-                    graph.size.1,
-                    output.shape
-                ),
-                near: shape.len() == 2,
-            }),
-        }
+    let [output] = graph.outputs.as_slice() else {
+        return Err(Misfit::far(format!(
+            "yolo-face has one output (or three raw YOLOv8 maps), not {}",
+            graph.outputs.len()
+        )));
+    };
+    let shape = output.item_shape();
+    let rows = |kind, n, width, across| {
+        Ok(Box::new(Rows {
+            kind,
+            n,
+            width,
+            across,
+        }) as Box<dyn Decode>)
+    };
+    match *shape {
+        [n, 16] if n == 3 * places => rows(Kind::V5, n, 16, false),
+        [n, 21] if n == 3 * places => rows(Kind::V7, n, 21, false),
+        [20, n] if n == places => rows(Kind::V8, n, 20, true),
+        [n, 20] if n == places => rows(Kind::V8, n, 20, false),
+        [5, n] if n == places => rows(Kind::V8Boxes, n, 5, true),
+        [n, 5] if n == places => rows(Kind::V8Boxes, n, 5, false),
+        [_, 21] => rows(Kind::Suppressed, 0, 21, false),
+        [_, 6] => rows(Kind::Suppressed, 0, 6, false),
+        _ => Err(Misfit {
+            why: format!(
+                "yolo-face reads [1,{},16] (YOLOv5-face), [1,{},21] (YOLOv7-face), \
+                 [1,20,{places}] or [1,5,{places}] (YOLOv8), or [1,K,21] / [1,K,6] (NMS in \
+                 the graph) at {}x{}; the output is {:?}",
+                3 * places,
+                3 * places,
+                graph.size.0,
+                graph.size.1,
+                output.shape
+            ),
+            near: shape.len() == 2,
+        }),
     }
 }
 
@@ -200,9 +194,9 @@ impl Decode for Rows {
     /// Rows the graph already suppressed are not suppressed again (the
     /// graph's own overlap, 0.7 in Ultralytics' exports, holds).
     fn reference(&self) -> Option<Reference> {
-        (self.kind == Kind::Suppressed).then(|| Reference {
+        (self.kind == Kind::Suppressed).then_some(Reference {
             nms_iou: 1.0,
-            ..YoloFace.reference()
+            ..FAMILY.reference
         })
     }
 

@@ -17,78 +17,72 @@ use super::{
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
-pub struct YuNet;
-
 const STRIDES: [usize; 3] = [8, 16, 32];
 /// The four groups of outputs, in order, with their values a place.
 const GROUPS: [(&str, usize); 4] = [("cls", 1), ("obj", 1), ("bbox", 4), ("kps", 10)];
 
-impl Family for YuNet {
-    fn name(&self) -> &'static str {
-        "yunet"
-    }
+pub static FAMILY: Family = Family {
+    name: "yunet",
+    reference: Reference {
+        size: Some((640, 640)),
+        placement: Placement::LetterboxTopLeft,
+        fill: 0,
+        norm: Normalize {
+            rgb: false,
+            mean: [0.0; 3],
+            scale: 1.0,
+        },
+        threshold: 0.9,
+        nms_iou: 0.3,
+    },
+    fit,
+};
 
-    fn reference(&self) -> Reference {
-        Reference {
-            size: Some((640, 640)),
-            placement: Placement::LetterboxTopLeft,
-            fill: 0,
-            norm: Normalize {
-                rgb: false,
-                mean: [0.0; 3],
-                scale: 1.0,
-            },
-            threshold: 0.9,
-            nms_iou: 0.3,
-        }
+fn fit(graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
+    let n = graph.outputs.len();
+    if n != 12 {
+        return Err(Misfit::far(format!(
+            "yunet has 12 outputs (cls, obj, bbox, kps at strides 8, 16, 32), not {n}"
+        )));
     }
-
-    fn fit(&self, graph: &Graph) -> std::result::Result<Box<dyn Decode>, Misfit> {
-        let n = graph.outputs.len();
-        if n != 12 {
-            return Err(Misfit::far(format!(
-                "yunet has 12 outputs (cls, obj, bbox, kps at strides 8, 16, 32), not {n}"
-            )));
-        }
-        let levels = levels(&STRIDES, graph.size, 1);
-        let by_name = GROUPS.iter().all(|(g, _)| {
-            STRIDES
-                .iter()
-                .all(|s| graph.named(&format!("{g}_{s}")).is_some())
-        });
-        let mut order = Vec::with_capacity(12);
-        for (g, &(group, width)) in GROUPS.iter().enumerate() {
-            for (k, level) in levels.iter().enumerate() {
-                let index = match by_name {
-                    true => graph
-                        .named(&format!("{group}_{}", level.stride))
-                        .unwrap_or(0),
-                    false => g * 3 + k,
-                };
-                let output = &graph.outputs[index];
-                if output.item_shape() != [level.count(), width] {
-                    return Err(Misfit::near(format!(
-                        "yunet: output {index} ({}, read as {group}_{}) is {:?}; at a {}x{} \
-                         input it would be [1,{},{width}]",
-                        output.name,
-                        level.stride,
-                        output.shape,
-                        graph.size.0,
-                        graph.size.1,
-                        level.count()
-                    )));
-                }
-                order.push(index);
+    let levels = levels(&STRIDES, graph.size, 1);
+    let by_name = GROUPS.iter().all(|(g, _)| {
+        STRIDES
+            .iter()
+            .all(|s| graph.named(&format!("{g}_{s}")).is_some())
+    });
+    let mut order = Vec::with_capacity(12);
+    for (g, &(group, width)) in GROUPS.iter().enumerate() {
+        for (k, level) in levels.iter().enumerate() {
+            let index = match by_name {
+                true => graph
+                    .named(&format!("{group}_{}", level.stride))
+                    .unwrap_or(0),
+                false => g * 3 + k,
+            };
+            let output = &graph.outputs[index];
+            if output.item_shape() != [level.count(), width] {
+                return Err(Misfit::near(format!(
+                    "yunet: output {index} ({}, read as {group}_{}) is {:?}; at a {}x{} \
+                     input it would be [1,{},{width}]",
+                    output.name,
+                    level.stride,
+                    output.shape,
+                    graph.size.0,
+                    graph.size.1,
+                    level.count()
+                )));
             }
+            order.push(index);
         }
-        let lengths = graph.outputs.iter().map(|o| o.values()).collect();
-        Ok(Box::new(Decoder {
-            levels,
-            order,
-            lengths,
-            by_name,
-        }))
     }
+    let lengths = graph.outputs.iter().map(|o| o.values()).collect();
+    Ok(Box::new(Decoder {
+        levels,
+        order,
+        lengths,
+        by_name,
+    }))
 }
 
 struct Decoder {
