@@ -14,6 +14,11 @@ pub const ARCFACE_112: [[f32; 2]; 5] = [
     [70.7299, 92.2041],
 ];
 
+/// Five points of a face, in ARCFACE_112's order: the eye on the image's
+/// left, the one on its right, the nose tip, the mouth corner on the
+/// image's left, the one on its right.
+pub type Five = [[f32; 2]; 5];
+
 /// A 2x3 affine matrix `[[a, -b, tx], [b, a, ty]]` (row-major).
 pub type Affine = [[f64; 3]; 2];
 

@@ -10,11 +10,9 @@ use super::net::Net;
 use super::ops::{append_input, l2_normalize, mirror};
 use super::settings::{EmbedderConventions, Normalize};
 use crate::error::{Error, Result};
-use crate::pipeline::align::{similarity, ARCFACE_112};
+use crate::pipeline::align::{similarity, Five, ARCFACE_112};
 use crate::pipeline::warp::warp_affine;
 use crate::pipeline::Frame;
-
-use super::detect::Five;
 
 pub(super) struct Embedder {
     pub net: Net,

@@ -12,7 +12,6 @@ use prost::Message;
 use super::super::fpu::FlushDenormals;
 use super::batch_dim;
 use super::blob::Blob;
-use super::detect::Output;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
 use super::onnxruntime::{library_path, OrtNet};
 use super::ops::Layout;
@@ -396,6 +395,28 @@ impl RuntimeChoice {
                 cuda_device: settings.cuda_device,
             },
         })
+    }
+}
+
+/// One output of the model as a run of one item gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl Output {
+    /// Its values (one item's).
+    pub fn values(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The shape without a leading 1 (a batch dimension, or none).
+    pub fn item_shape(&self) -> &[usize] {
+        match self.shape.first() {
+            Some(1) if self.shape.len() > 1 => &self.shape[1..],
+            _ => &self.shape,
+        }
     }
 }
 

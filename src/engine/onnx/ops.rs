@@ -7,10 +7,30 @@
 use fast_image_resize::images::{Image, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
-use super::detect::prep::Region;
 use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::{BoxPx, Frame};
+
+/// A region of a frame (it may reach past the frame's edges), in the
+/// frame's pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Region {
+    pub left: f32,
+    pub top: f32,
+    pub width: f32,
+    pub height: f32,
+}
+
+impl Region {
+    pub fn whole(frame: &Frame) -> Self {
+        Region {
+            left: 0.0,
+            top: 0.0,
+            width: frame.width as f32,
+            height: frame.height as f32,
+        }
+    }
+}
 
 /// Where an image's channels go in a model's input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use super::detect::Placement;
 use super::hygiene::Hygiene;
 
 /// How to turn 8-bit pixels into a network input: channel order, then
@@ -23,6 +22,37 @@ impl Normalize {
             mean: [0.0; 3],
             scale: 1.0,
         }
+    }
+}
+
+/// Where the scaled frame sits in the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Resized to the input's width and height, each on its own scale.
+    Stretch,
+    /// Scaled whole to fit, at the input's top left; the rest filled.
+    LetterboxTopLeft,
+    /// Scaled whole to fit, in the middle; the rest filled.
+    LetterboxCentre,
+}
+
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Stretch => "stretch",
+            Placement::LetterboxTopLeft => "letterbox",
+            Placement::LetterboxCentre => "letterbox-centre",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Placement::Stretch,
+            Placement::LetterboxTopLeft,
+            Placement::LetterboxCentre,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(text))
     }
 }
 

@@ -5,9 +5,9 @@
 //! the frame, best first, overlaps suppressed).
 
 use super::detector::read;
-use super::prep::{Prep, Region};
+use super::prep::Prep;
 use super::{choose, Decode, Graph, Output};
-use crate::engine::onnx::ops::{nms, Layout};
+use crate::engine::onnx::ops::{nms, Layout, Region};
 
 /// One family's layout with a frame's outputs.
 pub struct Case {

@@ -7,11 +7,11 @@
 use std::path::Path;
 
 use super::choose;
-use super::prep::{Mapping, Prep, Region};
+use super::prep::{Mapping, Prep};
 use super::{Candidate, Decode, Family, Five, Graph};
 use crate::engine::onnx::embedder::mean_text;
 use crate::engine::onnx::net::Net;
-use crate::engine::onnx::ops::{iou, nms};
+use crate::engine::onnx::ops::{iou, nms, Region};
 use crate::engine::onnx::settings::{Normalize, OnnxSettings};
 use crate::error::{Error, Result};
 use crate::pipeline::align::ARCFACE_112;

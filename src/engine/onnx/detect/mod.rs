@@ -24,14 +24,14 @@ mod yunet;
 
 pub use choose::FAMILY_NAMES;
 pub(super) use detector::{Detector, Found};
-pub use prep::Placement;
 
+pub(super) use super::net::Output;
 use super::ops::Layout;
 use super::settings::Normalize;
+pub use super::settings::Placement;
 use crate::error::{Error, Result};
 
-/// Five points of a face, in the engine's order.
-pub(super) type Five = [[f32; 2]; 5];
+pub(super) use crate::pipeline::align::Five;
 
 /// One face a decoder read: its box (left, top, right, bottom) and points
 /// in the input's pixels, and its score.
@@ -40,28 +40,6 @@ pub struct Candidate {
     pub bbox: [f32; 4],
     pub score: f32,
     pub points: Option<Five>,
-}
-
-/// One output of the model as a run of one item gave it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Output {
-    pub name: String,
-    pub shape: Vec<usize>,
-}
-
-impl Output {
-    /// Its values (one item's).
-    pub fn values(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// The shape without a leading 1 (a batch dimension, or none).
-    pub fn item_shape(&self) -> &[usize] {
-        match self.shape.first() {
-            Some(1) if self.shape.len() > 1 => &self.shape[1..],
-            _ => &self.shape,
-        }
-    }
 }
 
 /// What the loaded model shows a family: its input and its outputs.

@@ -3,41 +3,10 @@
 //! whole, the rest filled) at the top left or in the middle. The family
 //! says which (its reference code's), each part overridable by parameters.
 
-use super::super::ops::{append_input, fill_region, Layout};
-use super::super::settings::Normalize;
+use crate::engine::onnx::ops::{append_input, fill_region, Layout, Region};
+use crate::engine::onnx::settings::{Normalize, Placement};
 use crate::error::Result;
 use crate::pipeline::{BoxPx, Frame};
-
-/// Where the scaled frame sits in the input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// Resized to the input's width and height, each on its own scale.
-    Stretch,
-    /// Scaled whole to fit, at the input's top left; the rest filled.
-    LetterboxTopLeft,
-    /// Scaled whole to fit, in the middle; the rest filled.
-    LetterboxCentre,
-}
-
-impl Placement {
-    pub fn name(self) -> &'static str {
-        match self {
-            Placement::Stretch => "stretch",
-            Placement::LetterboxTopLeft => "letterbox",
-            Placement::LetterboxCentre => "letterbox-centre",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            Placement::Stretch,
-            Placement::LetterboxTopLeft,
-            Placement::LetterboxCentre,
-        ]
-        .into_iter()
-        .find(|p| p.name().eq_ignore_ascii_case(text))
-    }
-}
 
 /// A detector's input preparation, settled at load.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,26 +47,6 @@ impl Mapping {
             top,
             right,
             bottom,
-        }
-    }
-}
-
-/// A square region of a frame (may reach past its edges), in frame pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Region {
-    pub left: f32,
-    pub top: f32,
-    pub width: f32,
-    pub height: f32,
-}
-
-impl Region {
-    pub fn whole(frame: &Frame) -> Self {
-        Region {
-            left: 0.0,
-            top: 0.0,
-            width: frame.width as f32,
-            height: frame.height as f32,
         }
     }
 }
