@@ -1,6 +1,21 @@
 //! How two embeddings compare: the one distance the engines, the gallery
 //! and the sequences share, and the JSON reports.
 
+/// A distance as an answer shows it: to `decimals` (half away from zero).
+pub fn rounded(d: f32, decimals: u32) -> f32 {
+    let scale = 10f32.powi(decimals as i32);
+    (d * scale).round() / scale
+}
+
+/// The threshold on exact distances that names a face exactly when its
+/// distance, `rounded` to `decimals`, is within `threshold` rounded the same
+/// way: a comparison that tells no more of a distance than an answer shows.
+pub fn coarse_threshold(threshold: f32, decimals: u32) -> f32 {
+    let scale = 10f32.powi(decimals as i32);
+    // rounded(d) <= T  <=>  d * scale < T * scale + 0.5
+    (((threshold * scale).round() + 0.5) / scale).next_down()
+}
+
 /// How embeddings compare; `distance` is what the JSON reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {
@@ -81,6 +96,24 @@ fn lane_sums<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coarse_threshold_compares_what_answers_show() {
+        for t in [0.3, 0.449, 0.45, 0.4549, 0.5, 0.61] {
+            for decimals in [0, 1, 2, 3] {
+                let coarse = coarse_threshold(t, decimals);
+                for i in 0..20_000 {
+                    let d = i as f32 * 1e-4 + 3e-5; // never on a rounding boundary
+                    assert_eq!(
+                        d <= coarse,
+                        rounded(d, decimals) <= rounded(t, decimals),
+                        "{d} against {t} at {decimals} decimals"
+                    );
+                }
+            }
+        }
+        assert_eq!(rounded(0.4537, 2), 0.45);
+    }
 
     #[test]
     fn metrics() {

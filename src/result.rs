@@ -4,6 +4,7 @@
 use serde::{Serialize, Serializer};
 
 use crate::gallery::{Candidate, Enrolled, Forgotten, Known, Match, Record};
+use crate::metric::rounded;
 use crate::pipeline::{BoxPx, Face, Frame};
 use crate::sequence::{CorrelationId, Recap};
 
@@ -334,15 +335,18 @@ impl ImageDoc {
         }
     }
 
-    /// The gallery's distances (a face's name, its `top_k` candidates, a
-    /// summary's best) to `decimals`: an answer then tells little of a stored
-    /// vector (docs/gallery.md). A REFERENCE's distance is the client's own.
+    /// Every distance of the answer (a face's name, its `top_k` candidates,
+    /// its verification against REFERENCE, a summary's best) to `decimals`:
+    /// an answer then tells little of a stored vector or of the face's own
+    /// (docs/gallery.md).
     pub fn round_distances(&mut self, decimals: u32) {
-        let scale = 10f32.powi(decimals as i32);
-        let round = |d: &mut f32| *d = (*d * scale).round() / scale;
+        let round = |d: &mut f32| *d = rounded(*d, decimals);
         for face in self.faces.iter_mut().flatten() {
             if let Some(d) = face.naming.as_mut().and_then(|n| n.distance.as_mut()) {
                 round(d);
+            }
+            if let Some(v) = face.verification.as_mut() {
+                round(&mut v.distance);
             }
             for c in face.candidates.iter_mut().flatten() {
                 round(&mut c.distance);
@@ -479,8 +483,8 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert_eq!(v["faces"][0]["candidates"][0]["distance"], 0.12);
         assert_eq!(
-            v["faces"][0]["verification"]["distance"], 0.123456,
-            "the client's own"
+            v["faces"][0]["verification"]["distance"], 0.12,
+            "every distance"
         );
         doc.faces.as_mut().unwrap()[0].candidates.as_mut().unwrap()[0].distance = 0.7;
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();

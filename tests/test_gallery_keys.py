@@ -94,6 +94,7 @@ def _kinds(photos) -> list[tuple[str, dict, dict, str, str]]:
         ("recognize", photo, {}, AUDIT_KEY, CAM_KEY),
         ("detect_only", photo, {"detect_only": True}, AUDIT_KEY, CAM_KEY),
         ("top_k 1", photo, {"top_k": 1}, CAM_KEY, FINDER_KEY),
+        ("REFERENCE", {**photo, "REFERENCE": vector}, {}, CAM_KEY, FINDER_KEY),
         ("EMBEDDING", {"EMBEDDING": vector}, {}, CAM_KEY, FINDER_KEY),
         ("top_k 100", photo, {"top_k": 100}, CAM_KEY, FINDER_KEY),
         ("match_threshold 2", photo, {"match_threshold": 2.0}, CAM_KEY, FINDER_KEY),
@@ -244,6 +245,9 @@ BAD_FILES = [
     ("same-key", f"ops:{OPS_KEY}\ncam:recognize:{OPS_KEY}\n", 0o600, "line 2: the same key as on line 1"),
     ("same-label", f"ops:{OPS_KEY}\n\nops:{CAM_KEY}\n", 0o600, "line 3: the label 'ops' as on line 1"),
     ("role", f"cam:recognise:{CAM_KEY}\n", 0o600, "line 1: an unknown role"),
+    ("roles-no-key", f"ops:{OPS_KEY}\nui:recognize,search\n", 0o600,
+     "line 2: the key of 'ui' is missing"),
+    ("key-in-roles", f"ui:{CAM_KEY}:recognize\n", 0o600, "line 1: an unknown role"),
     ("readable", f"ops:{OPS_KEY}\n", 0o644, "group or others may use it (mode 644): chmod 600"),
     ("missing", None, 0o600, "cannot be read"),
 ]

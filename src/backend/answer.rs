@@ -36,7 +36,7 @@ pub fn answer(
         // An idle slot of the sequence batcher: answer, touch nothing.
         return Ok(result_tensor(model, vec![b"{}".to_vec()]));
     }
-    let threshold = job.threshold.unwrap_or_else(|| model.gallery.threshold());
+    let threshold = job.threshold(model.gallery.threshold());
     let named = match job.options.detect_only {
         true => None,
         false => Some(name_faces(model, &job, &found, threshold)?),

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::backend::access::{Admitting, Defaults};
+use crate::backend::access::{Admitted, Admitting, Defaults};
 use crate::backend::answer::{answer, Outcome};
 use crate::backend::enroll::enroll_batch;
 use crate::backend::instance::InstanceState;
@@ -41,12 +41,14 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
             threshold: model.gallery.threshold(),
             return_embeddings: settings.return_embeddings,
         },
+        decimals: settings.distance_decimals,
+        batched: settings.batched,
     };
     let mut jobs: Vec<Result<Job>> = requests
         .iter()
         .map(|r| {
-            let by = model.access.admit(r, &admitting)?;
-            read_job(r, settings, dim).map(|job| Job { by, ..job })
+            let Admitted { by, coarse } = model.access.admit(r, &admitting)?;
+            read_job(r, settings, dim).map(|job| Job { by, coarse, ..job })
         })
         .collect();
     settle_cadence(model, &mut jobs);

@@ -207,6 +207,10 @@ impl Settings {
         } = draft;
         let max_batch = config_u64(config, "", "max_batch_size")?;
         settings.batched = max_batch > 0;
+        settings.response_cache = (config.get("response_cache"))
+            .and_then(|c| c.get("enable"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         // An Execute holds at most max_batch_size images: threads beyond that
         // would never get work, and each holds a copy of the engine.
         let most = usize::try_from(max_batch.max(1)).unwrap_or(usize::MAX);
@@ -248,6 +252,7 @@ impl Settings {
             retention_days: None,
             return_embeddings: false,
             batched: false,
+            response_cache: false,
             sequence: None,
             onnx: OnnxSettings::defaults(version_dir),
             min_compute_capability: Capability::DEFAULT_MIN,

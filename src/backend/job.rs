@@ -15,6 +15,7 @@ use crate::backend::tensors::{
 };
 use crate::error::{Error, Result};
 use crate::gallery::MAX_TOP_K;
+use crate::metric::coarse_threshold;
 use crate::pipeline::{Analysis, Frame, Wanted};
 use crate::sequence::{Cadence, MAX_CADENCE};
 use crate::triton::request::ParameterValue;
@@ -96,9 +97,25 @@ pub struct Job {
     /// The label of the gallery key the request brought (access.rs), for
     /// the record of changes; `None` on a model without keys.
     pub by: Option<String>,
+    /// For a key without `search`: the decimals its answers show distances
+    /// to, which its threshold is compared at too.
+    pub coarse: Option<u32>,
 }
 
 impl Job {
+    /// The threshold this request's faces are named within: its own
+    /// `match_threshold`, else the model's. A key without `search` compares
+    /// rounded distances with its rounded threshold (so no answer tells a
+    /// distance more precisely than answers show it), never above the
+    /// model's own.
+    pub fn threshold(&self, model: f32) -> f32 {
+        match (self.threshold, self.coarse) {
+            (Some(t), Some(decimals)) => coarse_threshold(t, decimals).min(model),
+            (Some(t), None) => t,
+            (None, _) => model,
+        }
+    }
+
     /// A request Triton marks not ready (an idle slot of the sequence batcher).
     pub fn is_idle(&self) -> bool {
         self.step.as_ref().is_some_and(|s| !s.ready)
@@ -163,6 +180,7 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
         asked: (None, None),
         cadence: Cadence::EVERY_FRAME,
         by: None,
+        coarse: None,
     };
     if job.is_idle() {
         return Ok(job);

@@ -47,9 +47,12 @@ impl ModelState {
         ));
         // Loading an engine here also proves the weights are usable before any
         // instance starts; it then embeds the gallery images and is dropped.
-        let access = Access::load(&name, &settings)?;
         let mut engine = new_engine(&settings)?;
-        let gallery = open_gallery(&name, &settings, engine.as_mut())?;
+        let threshold =
+            (settings.match_threshold).unwrap_or_else(|| engine.metric().usual_threshold());
+        let location = store_location(&name, &settings);
+        let access = Access::load(&name, &settings, &location.identity()?, threshold)?;
+        let gallery = open_gallery(&name, &settings, &location, threshold, engine.as_mut())?;
         let sequences = settings.sequence.as_ref().map(|q| {
             log::info(&format!(
                 "model '{name}': sequence state for up to {} sequences, {} frames kept per summary, \
@@ -82,16 +85,19 @@ impl ModelState {
 
 /// The gallery: its store opened for this engine's embeddings, then the
 /// folder's images embedded; what it holds is logged.
-fn open_gallery(name: &str, settings: &Settings, engine: &mut dyn Engine) -> Result<Gallery> {
+fn open_gallery(
+    name: &str,
+    settings: &Settings,
+    location: &store::Location,
+    threshold: f32,
+    engine: &mut dyn Engine,
+) -> Result<Gallery> {
     let (metric, dim) = (engine.metric(), engine.embedding_len());
     let files = model_files(settings);
     let files: Vec<&std::path::Path> = files.iter().map(PathBuf::as_path).collect();
     let identity = Identity::of_files(engine.name(), metric, dim, &files)?
         .with_conventions(&conventions(settings));
-    let store = store::open(&store_location(name, settings), &identity)?;
-    let threshold = settings
-        .match_threshold
-        .unwrap_or_else(|| metric.usual_threshold());
+    let store = store::open(location, &identity)?;
     let max = settings.max_gallery_size;
     let (mut gallery, opened) =
         Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;

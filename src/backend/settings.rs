@@ -48,6 +48,9 @@ pub struct Settings {
     pub return_embeddings: bool,
     /// Whether inputs carry a leading batch dimension (max_batch_size > 0).
     pub batched: bool,
+    /// config.pbtxt's `response_cache { enable: true }`: Triton answers
+    /// repeated inputs from its cache, without the backend.
+    pub response_cache: bool,
     /// Present when the model uses Triton's sequence batcher.
     pub sequence: Option<SequenceConfig>,
     /// The ONNX engine's models and pre-processing (used when engine = onnx).

@@ -144,7 +144,7 @@ fn matcher<'a>(model: &'a ModelState, job: &Job) -> Matcher<'a> {
 }
 
 fn threshold(model: &ModelState, job: &Job) -> f32 {
-    job.threshold.unwrap_or_else(|| model.gallery.threshold())
+    job.threshold(model.gallery.threshold())
 }
 
 /// The request's sequence taken out of the model's sequences (started

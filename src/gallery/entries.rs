@@ -81,6 +81,8 @@ pub(super) struct Entries {
     /// name's entries, so their cost does not grow with the gallery.
     by_name: HashMap<Arc<str>, Keys>,
     next_folder_key: u64,
+    /// The gallery images' vectors' hashes, summed (`folder_digest`).
+    folder_sum: u128,
     /// Followed stores: name -> the highest removal bound applied (every
     /// enrollment below it is gone), until the follower has caught up past it.
     tombstones: HashMap<String, i64>,
@@ -169,6 +171,21 @@ impl Entries {
     /// Every gallery-image key given so far is below this one.
     pub fn folder_keys_below(&self) -> u64 {
         self.next_folder_key + 1
+    }
+
+    /// What the gallery images' vectors are, whatever order they came in:
+    /// a saved index's manifest records it (a published copy of other
+    /// images is replaced).
+    pub fn folder_digest(&self) -> String {
+        format!("{:032x}", self.folder_sum)
+    }
+
+    /// A gallery image's vector added (to `folder_digest`).
+    pub fn add_to_folder_digest(&mut self, vector: &[f32]) {
+        let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let hash = blake3::hash(&bytes);
+        let low: [u8; 16] = hash.as_bytes()[..16].try_into().unwrap_or_default();
+        self.folder_sum = self.folder_sum.wrapping_add(u128::from_le_bytes(low));
     }
 
     /// A key for a gallery image, never used before.

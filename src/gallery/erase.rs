@@ -13,7 +13,9 @@
 //! before it ran leaves the next load to do it (`Gallery::open`).
 //!
 //! With `retention_days`, the same thread expires old enrollments now and
-//! then (`Expiry`); what expires is erased by the next pass.
+//! then (`Expiry`, handed to the running thread: its mark of what is erased
+//! stays); what expires is erased by the next pass. The mark moves only
+//! when a pass succeeds.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -38,7 +40,8 @@ pub struct Expiry {
 
 /// The running thread: dropping it stops it (after a pending pass).
 pub struct Eraser {
-    stop: Option<mpsc::Sender<()>>,
+    /// Expiries for the thread; dropped, it stops the thread.
+    stop: Option<mpsc::Sender<Expiry>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -50,7 +53,7 @@ impl Eraser {
         mut pass: impl FnMut() -> Result<()> + Send + 'static,
         mut expiry: Option<Expiry>,
     ) -> std::io::Result<Self> {
-        let (stop, stopped) = mpsc::channel::<()>();
+        let (stop, stopped) = mpsc::channel::<Expiry>();
         // Read now, not in the thread: a removal between the two (an expiry
         // at load) is then the thread's to erase.
         let mut due = Due::new(live.removals());
@@ -63,8 +66,16 @@ impl Eraser {
                         expire(&mut e.run);
                         next_expiry = Instant::now() + e.every;
                     }
-                    let last =
-                        !matches!(stopped.recv_timeout(EVERY), Err(RecvTimeoutError::Timeout));
+                    let last = match stopped.recv_timeout(EVERY) {
+                        Ok(e) => {
+                            // Its first run was the load's.
+                            next_expiry = Instant::now() + e.every;
+                            expiry = Some(e);
+                            false
+                        }
+                        Err(RecvTimeoutError::Timeout) => false,
+                        Err(RecvTimeoutError::Disconnected) => true,
+                    };
                     if let Some(removals) = due.check(live.removals(), last) {
                         due.ran(removals, run(&mut pass), last);
                     }
@@ -77,6 +88,15 @@ impl Eraser {
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+}
+
+impl Eraser {
+    /// Expire with `expiry` from now on (in place of the one it had).
+    pub fn expire(&self, expiry: Expiry) {
+        if let Some(stop) = &self.stop {
+            let _ = stop.send(expiry); // a thread gone has nothing left to expire
+        }
     }
 }
 

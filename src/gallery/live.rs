@@ -134,7 +134,9 @@ impl Live {
         // A saved index may hold an earlier load's image under this key.
         self.index.remove(key)?;
         self.index.insert(key, embedding)?;
-        self.write().insert_file(key, name, file);
+        let mut entries = self.write();
+        entries.insert_file(key, name, file);
+        entries.add_to_folder_digest(embedding);
         Ok(())
     }
 

@@ -200,8 +200,11 @@ impl Saving {
         if !always && self.at.load(Ordering::Relaxed) == changes {
             return Ok(false);
         }
-        let folder_keys_below = live.read().folder_keys_below();
-        self.file.save(&live.index, folder_keys_below)?;
+        let (folder_keys_below, folder) = {
+            let entries = live.read();
+            (entries.folder_keys_below(), entries.folder_digest())
+        };
+        self.file.save(&live.index, folder_keys_below, folder)?;
         self.at.store(changes, Ordering::Relaxed);
         Ok(true)
     }
@@ -279,7 +282,7 @@ impl Gallery {
                 Error::unavailable(format!("gallery: cannot start its follower thread: {e}"))
             })?);
         }
-        gallery.eraser = Some(gallery.start_eraser(None)?);
+        gallery.eraser = Some(gallery.start_eraser()?);
         Ok((gallery, opened))
     }
 
@@ -292,11 +295,18 @@ impl Gallery {
     /// The thread that erases what removals leave in files (`erase.rs`):
     /// the store's leftovers, then the saved index written again (removed
     /// slots zeroed) and, for a shared store, published again.
-    fn start_eraser(&self, expiry: Option<Expiry>) -> Result<Eraser> {
+    fn start_eraser(&self) -> Result<Eraser> {
+        Eraser::start(self.live.clone(), self.erasure_pass(), None).map_err(|e| {
+            Error::unavailable(format!("gallery: cannot start its erasure thread: {e}"))
+        })
+    }
+
+    /// One erasure pass (see `start_eraser`).
+    fn erasure_pass(&self) -> impl FnMut() -> Result<()> + Send + 'static {
         let (store, live, saved) = (self.store.clone(), self.live.clone(), self.saved.clone());
         // Written and published without the writer lock: changes go on meanwhile.
         let mut apart = locked(&store).apart();
-        let pass = move || {
+        move || {
             locked(&store).erase()?;
             if saved.file.exists() {
                 saved.save(&live, true)?;
@@ -305,15 +315,14 @@ impl Gallery {
                 }
             }
             Ok(())
-        };
-        Eraser::start(self.live.clone(), pass, expiry).map_err(|e| {
-            Error::unavailable(format!("gallery: cannot start its erasure thread: {e}"))
-        })
+        }
     }
 
     /// Forget on their own the enrollments older than `retention`: now (at
     /// load), then on the erasure thread, at least once a minute, each
-    /// expiry recorded as a change. How many expired now.
+    /// expiry recorded as a change. What expired now is erased now; a pass
+    /// that fails (a reader holding the WAL) is logged and left to the
+    /// erasure thread, which tries it again each second. How many expired.
     pub fn keep_for(&mut self, retention: Duration) -> Result<usize> {
         let (store, live) = (self.store.clone(), self.live.clone());
         let run = move || {
@@ -325,10 +334,22 @@ impl Gallery {
             Ok(expired.rows)
         };
         let now = run()?;
-        drop(self.eraser.take());
+        if now > 0 {
+            if let Err(e) = self.erasure_pass()() {
+                log::warn!(
+                    "gallery: erasure of the {now} enrollments expired at load not done yet, \
+                     tried again each second: {}",
+                    e.message()
+                );
+            }
+        }
         let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        let run = Box::new(run);
-        self.eraser = Some(self.start_eraser(Some(Expiry { every, run }))?);
+        if let Some(eraser) = &self.eraser {
+            eraser.expire(Expiry {
+                every,
+                run: Box::new(run),
+            });
+        }
         Ok(now)
     }
 

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::entries::FOLDER_KEYS;
 use super::index::VectorIndex;
 use super::store::Store;
+use super::wipe::{erase_file, overwrite};
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 
@@ -49,6 +50,11 @@ pub struct Manifest {
     /// Keys of gallery images, all below this one, also held (replaced at
     /// every load).
     pub folder_keys_below: u64,
+    /// What the gallery images' vectors are (`Entries::folder_digest`):
+    /// a published copy of another is replaced, or a photo taken out of
+    /// the folder would stay in it (absent in older manifests: replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     /// The strays counted over this graph, or a few changes ago (absent:
     /// count them at load).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,12 +203,13 @@ impl Saved {
             .join(format!("{name}.{}.{n}.tmp", std::process::id()))
     }
 
-    /// Write `index` (its gallery-image keys below `folder_keys_below`):
+    /// Write `index` (its gallery-image keys below `folder_keys_below`, their
+    /// vectors' digest `folder`):
     /// the index first, the manifest last. The manifest lists the store
     /// rows the written file holds, read back from it: changes go on while
     /// it is written, and a vector the manifest did not list would outlive
     /// its row's FORGET in this file and in a published copy.
-    pub fn save(&self, index: &VectorIndex, folder_keys_below: u64) -> Result<()> {
+    pub fn save(&self, index: &VectorIndex, folder_keys_below: u64, folder: String) -> Result<()> {
         self.remove_orphans(false);
         let path = self.dir.join(INDEX_FILE);
         let tmp = Temporary(self.tmp(INDEX_FILE));
@@ -211,7 +218,7 @@ impl Saved {
         let keys = super::wipe::saved_keys(&tmp.0).map_err(|e| io(&tmp.0, e))?;
         let keys = keys.into_iter().filter(|&k| k < FOLDER_KEYS).collect();
         let (bytes, blake3) = hash_file(&tmp.0)?;
-        tmp.rename(&path)?;
+        tmp.replace(&path)?;
         let strays = index
             .strays_to_save()
             .map(|(keys, isolated_above, changed)| {
@@ -224,6 +231,7 @@ impl Saved {
             blake3,
             keys: runs(keys),
             folder_keys_below,
+            folder: Some(folder),
             strays,
         };
         let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;
@@ -265,7 +273,7 @@ impl Saved {
         drop(out);
         self.parse(&text, "the index published to the store")?;
         sync(&tmp.0)?;
-        tmp.rename(&self.dir.join(INDEX_FILE))?;
+        tmp.replace(&self.dir.join(INDEX_FILE))?;
         self.put_manifest(&text)?;
         Ok(true)
     }
@@ -301,11 +309,14 @@ impl Saved {
 
 impl Manifest {
     /// Whether this (published) copy holds a row `ours` no longer has, one
-    /// forgotten since (or one ours has not seen yet): a copy replaced,
-    /// so that a forgotten person's vectors do not stay in the store.
+    /// forgotten since (or one ours has not seen yet), or other gallery
+    /// images: a copy replaced, so that a forgotten person's vectors (or a
+    /// photo's taken out of the folder) do not stay in the store.
     fn holds_gone(&self, ours: &Manifest) -> bool {
-        let ours: HashSet<u64> = ours.keys().collect();
-        self.keys().any(|k| !ours.contains(&k))
+        let keys: HashSet<u64> = ours.keys().collect();
+        self.folder.is_none()
+            || self.folder != ours.folder
+            || self.keys().any(|k| !keys.contains(&k))
     }
 }
 
@@ -330,7 +341,7 @@ impl Saved {
                 continue;
             };
             if all || !Path::new("/proc").join(pid.to_string()).exists() {
-                let _ = fs::remove_file(file.path());
+                let _ = erase_file(&file.path());
             }
         }
     }
@@ -342,6 +353,15 @@ impl Saved {
 struct Temporary(PathBuf);
 
 impl Temporary {
+    /// Renamed over `to`, a file that held vectors: its bytes overwritten
+    /// first, or the rename would free its blocks as they were.
+    fn replace(self, to: &Path) -> Result<()> {
+        match overwrite(to, 0) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(to, e)),
+            _ => self.rename(to),
+        }
+    }
+
     fn rename(mut self, to: &Path) -> Result<()> {
         fs::rename(&self.0, to).map_err(|e| io(to, e))?;
         self.0 = PathBuf::new(); // in place: nothing to remove
@@ -351,7 +371,7 @@ impl Temporary {
 
 impl Drop for Temporary {
     fn drop(&mut self) {
-        if !self.0.as_os_str().is_empty() {
+        if !self.0.as_os_str().is_empty() && erase_file(&self.0).is_err() {
             let _ = fs::remove_file(&self.0);
         }
     }
@@ -424,7 +444,7 @@ mod tests {
             index.insert(k, &[k as f32, 0.0]).unwrap();
         }
         let saved = Saved::new(dir, "dlib/test".into());
-        saved.save(&index, 0).unwrap();
+        saved.save(&index, 0, String::new()).unwrap();
         (saved, index)
     }
 
@@ -439,6 +459,32 @@ mod tests {
         assert_eq!(m.keys().collect::<Vec<_>>(), vec![1, 2, 3, 7]);
         assert_eq!(index.len(), 4);
         assert_eq!(index.nearest(&[6.9, 0.0], 1).unwrap()[0].key, 7);
+    }
+
+    #[test]
+    fn a_replaced_index_is_overwritten_before_its_blocks_go() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (saved, index) = saved_index(tmp.path());
+        // A handle on the old file: what its blocks hold once it is replaced.
+        let mut old = File::open(tmp.path().join(INDEX_FILE)).unwrap();
+        index.remove(7).unwrap();
+        saved.save(&index, 0, "other images".into()).unwrap();
+        let mut bytes = Vec::new();
+        old.read_to_end(&mut bytes).unwrap();
+        assert!(!bytes.is_empty() && bytes.iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn a_published_copy_of_other_gallery_images_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (saved, _) = saved_index(tmp.path());
+        let ours = saved.manifest().unwrap();
+        let mut theirs = saved.manifest().unwrap();
+        assert!(!theirs.holds_gone(&ours));
+        theirs.folder = Some("a photo since taken out".into());
+        assert!(theirs.holds_gone(&ours));
+        theirs.folder = None; // an older build's copy
+        assert!(theirs.holds_gone(&ours));
     }
 
     #[test]
@@ -476,7 +522,7 @@ mod tests {
         fs::remove_file(tmp.path().join(INDEX_FILE)).unwrap();
         fs::create_dir(tmp.path().join(INDEX_FILE)).unwrap();
         fs::write(tmp.path().join(INDEX_FILE).join("x"), b"x").unwrap();
-        assert!(saved.save(&index, 0).is_err());
+        assert!(saved.save(&index, 0, String::new()).is_err());
         let left: Vec<_> = fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

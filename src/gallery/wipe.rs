@@ -1,3 +1,8 @@
+//! Bytes that held vectors overwritten before a file lets them go: a file
+//! replaced, truncated or removed frees its blocks as they were on ext4 or
+//! XFS, forgotten vectors in them (`overwrite`, `erase_file`: one rule for
+//! the saved index, temporary files, the WAL and the legacy import).
+//!
 //! Removed vectors zeroed in a file usearch saved. usearch's `remove` only
 //! marks a slot free (its key becomes the free key) and `save` writes every
 //! slot's vector, so a forgotten person's vector would stay in the saved
@@ -16,6 +21,30 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+
+/// Zeros over the bytes of the file at `path` from `from` to its end,
+/// synced. Promised on filesystems that overwrite in place; not on
+/// copy-on-write ones (btrfs, ZFS), snapshots, or an SSD's remapped blocks
+/// (docs/gallery.md).
+pub fn overwrite(path: &Path, from: u64) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).open(path)?;
+    let len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(from))?;
+    io::copy(&mut io::repeat(0).take(len.saturating_sub(from)), &mut file)?;
+    file.sync_all()
+}
+
+/// `overwrite` the whole file, then remove it, durably (its folder synced).
+/// A file already gone is nothing to erase.
+pub fn erase_file(path: &Path) -> io::Result<()> {
+    match overwrite(path, 0) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        done => done?,
+    }
+    std::fs::remove_file(path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
 
 /// usearch's key of a free slot.
 const FREE_KEY: u64 = u64::MAX;

@@ -1,8 +1,12 @@
 //! A `gallery_key_file`: one key per line, `label:roles:key` (roles a comma
 //! list of `recognize`, `search`, `manage`) or `label:key` (every role).
-//! Whatever could be a mistake fails the load: a line without a label, an
-//! unknown role, a key shorter than 16 characters, a key or label twice.
-//! Keys are held as BLAKE3 hashes; no message shows one.
+//! Fields are read by what they are, not by their count alone: a middle
+//! field must be a role list, and a last field that reads as a role list is
+//! a key left out (`ui:recognize,search` would otherwise be a two-field line
+//! whose 16-character "key" holds every role). Whatever could be a mistake
+//! fails the load: a line without a label, an unknown role, a missing key, a
+//! key shorter than 16 characters, a key or label twice. Keys are held as
+//! BLAKE3 hashes; no message shows one, nor any text of the line.
 
 use std::fmt;
 
@@ -143,6 +147,12 @@ fn parse_line(line: &str) -> Result<Key, String> {
         Some(key) => (Roles::parse(second)?, key),
         None => (Roles::ALL, second),
     };
+    if looks_like_roles(key) {
+        return Err(format!(
+            "the key of '{label}' is missing: its last field is a role list \
+             (expected label:roles:key)"
+        ));
+    }
     if key.chars().count() < MIN_KEY_LEN {
         return Err(format!(
             "the key of '{label}' is shorter than {MIN_KEY_LEN} characters"
@@ -153,6 +163,12 @@ fn parse_line(line: &str) -> Result<Key, String> {
         roles,
         hash: blake3::hash(key.as_bytes()),
     })
+}
+
+/// A field that reads as a role list whatever its case or spaces (the
+/// mistake is a key left out, not a key that happens to spell roles).
+fn looks_like_roles(field: &str) -> bool {
+    Roles::parse(&field.to_ascii_lowercase().replace(' ', "")).is_ok()
 }
 
 /// A label: 1 to 64 letters, digits, `_`, `-`, `.`.
@@ -211,6 +227,15 @@ mod tests {
             (format!("ops:recognise:{K1}\n"), "line 1: an unknown role"),
             (format!("ops::{K1}\n"), "an unknown role"),
             ("ops:k1-0123:456789abcdef\n".to_string(), "an unknown role"),
+            (
+                format!("ops:{K1}\nui:recognize,search\n"),
+                "line 2: the key of 'ui' is missing",
+            ),
+            (
+                "ui:manage:Recognize, Search,Manage\n".to_string(),
+                "line 1: the key of 'ui' is missing",
+            ),
+            (format!("ui:{K1}:recognize\n"), "line 1: an unknown role"),
         ];
         for (text, needle) in cases {
             let e = GalleryKeys::parse(&text).err().unwrap();

@@ -50,40 +50,48 @@ const REASONS: [(Reason, &str); 4] = [
 /// A model's access: its keys (none: open), their rate, the refusals' counts.
 pub struct Access {
     guarded: Option<Guarded>,
-    _store: shared::Registered,
+    /// The model's place on its store: the store's limiter.
+    store: shared::Registered,
 }
 
 struct Guarded {
     keys: GalleryKeys,
-    rate: Option<rate::Limiter>,
     refusals: Vec<Option<Counter>>,
 }
 
 impl Access {
-    /// From the model's `gallery_key_file`, `key_rate` and `key_burst`;
+    /// From the model's `gallery_key_file`, `key_rate` and `key_burst`, on
+    /// the store `store` (its identity) with the model's own `threshold`;
     /// logs what holds.
-    pub fn load(model: &str, settings: &Settings) -> Result<Access> {
-        let store = shared::register(model, settings)?;
+    pub fn load(model: &str, settings: &Settings, store: &str, threshold: f32) -> Result<Access> {
         let Some(path) = settings.gallery_key_file.as_deref() else {
             if settings.key_rate.is_some() || settings.key_burst.is_some() {
                 return Err(Error::invalid(
                     "key_rate and key_burst limit each key of gallery_key_file: set the file too",
                 ));
             }
+            let store = shared::register(model, store, policy(settings, threshold))?;
             log::warn(&format!(
                 "model '{model}': no gallery_key_file: any client may recognize, search, ENROLL, \
                  FORGET and LIST"
             ));
             return Ok(Access {
                 guarded: None,
-                _store: store,
+                store,
             });
         };
         let keys = read(path)?;
         if settings.key_burst.is_some() && settings.key_rate.is_none() {
             return Err(Error::invalid("key_burst goes with key_rate: set both"));
         }
-        let rate = settings.key_rate().map(rate::Limiter::new).transpose()?;
+        if settings.response_cache {
+            return Err(Error::invalid(
+                "gallery_key_file with response_cache: Triton's cache keys an answer on the \
+                 inputs, not on the gallery_key parameter, and would give one key's answers to \
+                 any caller; turn the model's response_cache off",
+            ));
+        }
+        let store = shared::register(model, store, policy(settings, threshold))?;
         let each: Vec<String> = keys
             .iter()
             .map(|k| format!("{} ({})", k.label, k.roles))
@@ -100,29 +108,25 @@ impl Access {
             .iter()
             .map(|(_, reason)| refusal_counter(model, reason))
             .collect();
-        let guarded = Guarded {
-            keys,
-            rate,
-            refusals,
-        };
+        let guarded = Guarded { keys, refusals };
         Ok(Access {
             guarded: Some(guarded),
-            _store: store,
+            store,
         })
     }
 
-    /// Whether `request` may run, before anything of it is decoded: its
-    /// key's label (for the record of changes), `None` on an open model.
-    pub fn admit(&self, request: &Request, model: &Admitting<'_>) -> Result<Option<String>> {
+    /// Whether `request` may run, before anything of it is decoded, and
+    /// what its key settles for it.
+    pub fn admit(&self, request: &Request, model: &Admitting<'_>) -> Result<Admitted> {
         let Some(g) = &self.guarded else {
-            return Ok(None);
+            return Ok(Admitted::default());
         };
         let step = match model.sequence {
             Some(config) => Some(read_step(request, config)?),
             None => None,
         };
         if step.as_ref().is_some_and(|s| !s.ready) {
-            return Ok(None); // an idle slot of the sequence batcher
+            return Ok(Admitted::default()); // an idle slot of the sequence batcher
         }
         let needs = needs::needs(request, &model.defaults)?;
         let key = match presented(request)? {
@@ -144,12 +148,16 @@ impl Access {
             },
             Err(reason) => return Err(g.refuse(reason, &needs[0])),
         };
-        if let Some(limiter) = &g.rate {
+        if let Some(limiter) = &self.store.limiter {
+            let cost = needs::cost(request, model.batched)?;
             limiter
-                .take(&key.label)
+                .take(&key.label, cost)
                 .inspect_err(|_| g.count(Reason::Rate))?;
         }
-        Ok(Some(key.label.clone()))
+        Ok(Admitted {
+            by: Some(key.label.clone()),
+            coarse: (!key.roles.holds(Roles::SEARCH)).then_some(model.decimals),
+        })
     }
 
     /// A sequence request whose key is not its live sequence's (`owner`,
@@ -165,6 +173,16 @@ impl Access {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// What models on one store must agree on (shared.rs).
+fn policy(settings: &Settings, threshold: f32) -> shared::Policy {
+    shared::Policy {
+        keys: settings.gallery_key_file.as_deref().map(shared::canonical),
+        decimals: settings.distance_decimals,
+        rate: settings.key_rate(),
+        threshold,
     }
 }
 
@@ -225,6 +243,16 @@ fn presented(request: &Request) -> Result<Option<String>> {
     })
 }
 
+/// What admission settles for a request.
+#[derive(Default)]
+pub struct Admitted {
+    /// Its key's label (for the record of changes); `None` on an open model.
+    pub by: Option<String>,
+    /// A key without `search`: the model's `distance_decimals`, which its
+    /// distances are compared at as well as shown (job.rs).
+    pub coarse: Option<u32>,
+}
+
 /// What admission reads of its model: the sequence settings and live
 /// sequences (whose START's key owns each), and the defaults a request's
 /// needs are judged by.
@@ -232,6 +260,9 @@ pub struct Admitting<'a> {
     pub sequence: Option<&'a SequenceConfig>,
     pub sequences: Option<&'a Mutex<Sequences>>,
     pub defaults: Defaults,
+    pub decimals: u32,
+    /// Whether the model's inputs have a batch dimension (a request's cost).
+    pub batched: bool,
 }
 
 /// The label of the key a live sequence's START brought.

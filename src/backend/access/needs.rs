@@ -5,7 +5,7 @@ use crate::backend::access::keys::Roles;
 use crate::backend::job::{
     DETECT_ONLY, ENROLL, FORGET, LIST, MATCH_THRESHOLD, RETURN_EMBEDDINGS, TOP_K,
 };
-use crate::backend::tensors::{EMBEDDING, ENCODED, IMAGE};
+use crate::backend::tensors::{EMBEDDING, ENCODED, IMAGE, REFERENCE};
 use crate::error::Result;
 use crate::triton::request::ParameterValue;
 use crate::triton::Request;
@@ -40,6 +40,14 @@ pub fn needs(request: &Request, defaults: &Defaults) -> Result<Vec<Need>> {
         need(
             Roles::SEARCH,
             "EMBEDDING searches the gallery with a vector",
+        );
+    }
+    if has(REFERENCE)? {
+        // Distances to vectors of the client's choosing read its face's
+        // embedding, one unit vector at a time.
+        need(
+            Roles::SEARCH,
+            "REFERENCE compares faces with vectors the request sends",
         );
     }
     if param(TOP_K)?.is_some() {
@@ -85,4 +93,30 @@ fn number(value: Option<ParameterValue>) -> Option<f64> {
         ParameterValue::Int(n) => Some(n as f64),
         _ => None,
     }
+}
+
+/// What a request costs of its key's rate (`key_rate`): one token per image,
+/// frame or `EMBEDDING` row it carries, times its `top_k` (each person
+/// listed is a distance learned); a request without any (LIST, FORGET, a
+/// frameless START or END) costs one. Read from shapes, before decoding.
+pub fn cost(request: &Request, batched: bool) -> Result<u32> {
+    let batch = |shape: &[i64], rank: usize| match batched && shape.len() == rank {
+        true => shape[0],
+        false => 1,
+    };
+    let mut items = 1i64;
+    for (name, rank) in [(IMAGE, 4), (EMBEDDING, 2)] {
+        if let Some(input) = request.input(name)? {
+            items = items.max(batch(&input.shape, rank));
+        }
+    }
+    if let Some(input) = request.input(ENCODED)? {
+        items = items.max(input.shape.iter().product());
+    }
+    let top_k = match request.parameter(TOP_K)? {
+        Some(ParameterValue::Int(k)) => k.max(1),
+        _ => 1,
+    };
+    let tokens = items.max(1).saturating_mul(top_k);
+    Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
 }

@@ -1,6 +1,7 @@
-//! A rate per key label (`key_rate`, `key_burst`), shared by a model's
-//! instances: a stolen key cannot sweep the gallery at the server's speed.
-//! governor's GCRA keyed by label (labels are few: the key file's).
+//! A rate per key label (`key_rate`, `key_burst`), shared by the models on
+//! one store (shared.rs): a stolen key cannot sweep the gallery at the
+//! server's speed. A request costs its work, not one token (needs.rs:
+//! `cost`). governor's GCRA keyed by label (labels are few: the key file's).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -49,12 +50,24 @@ impl Limiter {
         })
     }
 
-    /// One request of `label`: taken from its allowance, or refused with
-    /// Triton's "unavailable" and when to retry (a refusal takes nothing).
-    pub fn take(&self, label: &str) -> Result<()> {
-        match self.limiter.check_key(&label.to_string()) {
-            Ok(()) => Ok(()),
-            Err(not_until) => {
+    pub fn rate(&self) -> KeyRate {
+        self.rate
+    }
+
+    /// `cost` tokens of `label`: taken from its allowance, or refused with
+    /// Triton's "unavailable" and when to retry (a refusal takes nothing);
+    /// a cost above the burst can never be taken: refused as the request's
+    /// own error.
+    pub fn take(&self, label: &str, cost: u32) -> Result<()> {
+        let n = NonZeroU32::new(cost).unwrap_or(NonZeroU32::MIN);
+        match self.limiter.check_key_n(&label.to_string(), n) {
+            Ok(Ok(())) => Ok(()),
+            Err(_) => Err(Error::invalid(format!(
+                "this request costs {cost} of key '{label}''s rate, more than its key_burst \
+                 {}: send fewer images, frames or rows, or a smaller top_k",
+                self.rate.burst
+            ))),
+            Ok(Err(not_until)) => {
                 let wait = not_until.wait_time_from(self.clock.now());
                 Err(Error::unavailable(format!(
                     "key '{label}' is over its rate (key_rate {}/s, key_burst {}): retry in \
@@ -79,15 +92,18 @@ mod tests {
             burst: 3,
         })
         .unwrap();
-        for _ in 0..3 {
-            limiter.take("cam").unwrap();
-        }
-        let e = limiter.take("cam").unwrap_err().to_string();
+        limiter.take("cam", 1).unwrap();
+        limiter.take("cam", 2).unwrap();
+        let e = limiter.take("cam", 1).unwrap_err().to_string();
         assert!(e.contains("retry in 0.0"), "{e}");
         limiter
-            .take("other")
+            .take("other", 3)
             .expect("each label has its own allowance");
+        let e = limiter.take("other", 4).unwrap_err().to_string();
+        assert!(e.contains("costs 4") && e.contains("key_burst 3"), "{e}");
         std::thread::sleep(Duration::from_millis(60));
-        limiter.take("cam").expect("one request back after 1/20 s");
+        limiter
+            .take("cam", 1)
+            .expect("one request back after 1/20 s");
     }
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use self::postgres::PgSettings;
-use crate::error::Result;
+use crate::error::{Error, Result};
 pub use identity::Identity;
 
 /// The `gallery_store` model parameter.
@@ -52,6 +52,31 @@ pub enum Location {
         settings: PgSettings,
         gallery: String,
     },
+}
+
+impl Location {
+    /// Which store this is, whatever its spelling: a model on it under
+    /// another path (relative, through a symlink) or DSN is on the same
+    /// store. SQLite: its folder, created and then made canonical.
+    /// PostgreSQL: the database's hosts, ports and name, and the gallery.
+    pub fn identity(&self) -> Result<String> {
+        match self {
+            Location::Sqlite { dir } => {
+                let bad = |e: std::io::Error| {
+                    Error::invalid(format!("gallery_dir {}: {e}", dir.display()))
+                };
+                std::fs::create_dir_all(dir).map_err(bad)?;
+                Ok(format!(
+                    "sqlite {}",
+                    dir.canonicalize().map_err(bad)?.display()
+                ))
+            }
+            Location::Postgres { settings, gallery } => {
+                let target = self::postgres::target::Target::from_env(&settings.dsn_env)?;
+                Ok(format!("postgres {} gallery {gallery}", target.database()))
+            }
+        }
+    }
 }
 
 /// Where a change sits in a store's history: `id` names the row (unique,

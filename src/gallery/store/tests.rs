@@ -163,6 +163,36 @@ fn forget_removes_every_embedders_rows_and_logs_it() {
 }
 
 #[test]
+fn the_wals_frames_are_zeroed_before_it_is_truncated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut store = open_as(tmp.path(), "dlib");
+    let x = 1234.5678f32;
+    store.add(&[pair("a", x)], &[]).unwrap();
+    let (db, wal) = (
+        tmp.path().join(DB_FILE),
+        tmp.path().join(format!("{DB_FILE}-wal")),
+    );
+    let holds = |path: &Path| {
+        let bytes = std::fs::read(path).unwrap();
+        bytes
+            .windows(8)
+            .any(|w| w[..4] == x.to_le_bytes() && w[4..] == x.to_le_bytes())
+    };
+    assert!(holds(&wal), "the enrollment's frame is in the WAL");
+    store.forget(&["a".to_string()], None).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    super::sqlite::zero_wal(&conn, &db).unwrap();
+    let len = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        len > 32 && !holds(&wal),
+        "frames still there, zeroed ({len} bytes)"
+    );
+    assert!(!holds(&db), "secure_delete zeroed the row in the database");
+    store.erase().unwrap();
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0, "then truncated");
+}
+
+#[test]
 fn an_acknowledged_add_survives_an_abort() {
     const VAR: &str = "FACE_STORE_ABORT_DIR";
     if let Some(dir) = std::env::var_os(VAR) {

@@ -65,6 +65,30 @@ impl Target {
         self.config.connect(NoTls)
     }
 
+    /// The database whatever the DSN's spelling (a URL or key=value pairs,
+    /// hosts in any order or case, the default port written or not): its
+    /// hosts, ports and database. No user, no password.
+    pub fn database(&self) -> String {
+        let c = &self.config;
+        let mut hosts: Vec<String> = (c.get_hosts().iter())
+            .map(|h| match h {
+                Host::Tcp(h) => h.to_ascii_lowercase(),
+                Host::Unix(p) => p.canonicalize().unwrap_or(p.clone()).display().to_string(),
+            })
+            .collect();
+        if hosts.is_empty() {
+            hosts.push("localhost".into());
+        }
+        hosts.sort();
+        let mut ports = c.get_ports().to_vec();
+        if ports.is_empty() {
+            ports.push(5432);
+        }
+        ports.sort();
+        let db = c.get_dbname().or(c.get_user()).unwrap_or("");
+        format!("{hosts:?} {ports:?} {db}")
+    }
+
     /// For messages: user, host, port and database.
     pub fn shown(&self) -> &str {
         &self.shown
@@ -113,6 +137,17 @@ mod tests {
             .err()
             .unwrap();
         assert!(!e.message().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn one_database_whatever_its_spelling() {
+        let one = |dsn: &str| Target::parse(dsn, "X").unwrap().database();
+        let url = one("postgresql://face:s3cret@DB:5432/f");
+        assert_eq!(url, one("host=db dbname=f user=other"));
+        assert_eq!(url, one("postgresql://db/f"));
+        assert_ne!(url, one("postgresql://db/g"));
+        assert_ne!(url, one("postgresql://db:5433/f"));
+        assert!(!url.contains("s3cret") && !url.contains("face"), "{url}");
     }
 
     #[test]

@@ -8,7 +8,6 @@
 //! erased at open too.
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -166,23 +165,10 @@ fn owner(file: &LegacyFile, identity: &Identity) -> Identity {
 /// Overwrite `path` with zeros, durably, then remove it, durably: its
 /// bytes do not stay in free blocks of an overwrite-in-place filesystem.
 fn erase_file(path: &Path) -> Result<()> {
-    let failed = |e: std::io::Error| {
+    crate::gallery::wipe::erase_file(path).map_err(|e| {
         Error::unavailable(format!(
             "cannot erase {} after importing it: {e}",
             path.display()
         ))
-    };
-    let len = fs::metadata(path).map_err(failed)?.len();
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(failed)?;
-    std::io::copy(&mut std::io::repeat(0).take(len), &mut file).map_err(failed)?;
-    file.sync_all().map_err(failed)?;
-    drop(file);
-    fs::remove_file(path).map_err(failed)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(failed)
+    })
 }

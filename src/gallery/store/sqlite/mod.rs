@@ -56,7 +56,7 @@ impl SqliteStore {
         // What a server killed before its erasure left (after a FORGET's
         // commit, before its checkpoint) goes now; another process reading
         // the file may hold it back until the next FORGET's erasure.
-        if let Err(e) = checkpoint(&conn) {
+        if let Err(e) = checkpoint(&conn, &path) {
             log::warn!("gallery {}: {}", path.display(), e.message());
         }
         Ok(SqliteStore {
@@ -93,11 +93,37 @@ fn connect(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Copy the WAL into the database and truncate it: the journal's older
-/// copies of erased pages go, and the file's pages hold the zeroed ones.
-fn checkpoint(conn: &Connection) -> Result<()> {
+/// Copy the WAL into the database, zero its frames, then truncate it: the
+/// journal's older copies of erased pages go (overwritten before the
+/// truncation frees their blocks), and the file's pages hold the zeroed
+/// ones. RESTART first: once every frame is copied and no reader uses them,
+/// the next write starts the WAL again from its header, so nothing reads
+/// the frames zeroed here (the caller holds the store: no write between).
+fn checkpoint(conn: &Connection, db: &Path) -> Result<()> {
+    zero_wal(conn, db)?;
+    run_checkpoint(conn, "TRUNCATE")
+}
+
+/// Every frame of `db`'s WAL copied into the database, then zeroed (the
+/// WAL keeps its length until the truncation).
+pub(in crate::gallery::store) fn zero_wal(conn: &Connection, db: &Path) -> Result<()> {
+    run_checkpoint(conn, "RESTART")?;
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    match crate::gallery::wipe::overwrite(Path::new(&wal), WAL_HEADER) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::unavailable(format!(
+            "cannot overwrite the SQLite WAL before truncating it: {e}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A WAL's header (its frames follow).
+const WAL_HEADER: u64 = 32;
+
+fn run_checkpoint(conn: &Connection, mode: &str) -> Result<()> {
     let (busy, log, copied): (i64, i64, i64) = conn
-        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
         .map_err(sql_error)?;
@@ -374,7 +400,7 @@ impl Store for SqliteStore {
     }
 
     fn erase(&mut self) -> Result<()> {
-        checkpoint(&self.conn)
+        checkpoint(&self.conn, &self.path)
     }
 
     fn uid(&self) -> &str {
