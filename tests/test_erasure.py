@@ -130,6 +130,61 @@ def test_forget_erases_every_copy(start_server, engine, photos):
     assert not any(_found(server.model_dir, other).values()), _found(server.model_dir, other)
 
 
+def test_a_replaced_index_file_keeps_no_copy_in_its_old_blocks(start_server, engine, photos):
+    """The saved index opened before a FORGET, its descriptor kept: once the erasure pass has
+    replaced the file, reading through that descriptor (the old inode, whose blocks a plain
+    rename would free as they were) finds zeros, not the person."""
+    server = start_server(gallery={})
+    for photo, name in (("biden.jpg", "biden"), ("obama.jpg", "obama")):
+        [ack] = infer_encoded(server.http(), [photos.bytes(photo)], enroll=name)
+        assert ack["enrolled"]["added"], ack
+    server.stop()  # the index saved beside the store
+    obama = _forms(_enrolled(server.gallery_dir, "obama"), engine.name)
+    index_form = {k: v for k, v in obama.items() if k != "f32"}
+    server.start()
+    with open(server.gallery_dir / "gallery.index", "rb") as old:
+        held = old.read()
+        assert all(w in held for form in index_form.values() for w in _windows(form)), \
+            "the scan finds obama through the descriptor"
+        [gone] = forget(server.http(), "obama")
+        assert gone["forgotten"]["removed"] == 1
+        _wait_erased(server, obama)
+        old.seek(0)
+        after = old.read()
+    assert len(after) == len(held) and after.count(0) == len(after), "the old file zeroed"
+
+
+@pytest.mark.engines("onnx")  # the store's rule, the same for every engine
+def test_an_expiry_at_load_after_a_failed_pass_is_erased(start_server, engine, photos):
+    """A reader holds the store while the server loads: the expiry at load commits, its erasure
+    pass fails (the checkpoint is held back) and says so; once the reader lets go, the pass is
+    tried again and no byte of the expired face stays (the mark of what is erased moves only
+    when a pass succeeds)."""
+    server = start_server(gallery={}, params={"retention_days": RETENTION_DAYS})
+    [ack] = infer_encoded(server.http(), [photos.bytes("biden.jpg")], enroll="biden")
+    enrolled = time.monotonic()
+    assert ack["enrolled"]["added"], ack
+    server.stop()
+    biden = _forms(_enrolled(server.gallery_dir, "biden"), engine.name)
+    _assert_everywhere(server, biden)
+    time.sleep(max(0.0, RETENTION_S + 0.5 - (time.monotonic() - enrolled)))
+    reader = sqlite3.connect(server.gallery_dir / "gallery.sqlite3", isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM enrollments").fetchall()  # a read snapshot
+        server.start()
+        assert "1 enrollments expired at load" in server.log_text()
+        started = time.monotonic()
+        while "not done yet" not in server.log_text():
+            assert time.monotonic() - started < ERASED_WITHIN_S, server.log_tail()
+            time.sleep(0.2)
+        assert _found(server.model_dir, biden)["f32"], "held back while the reader reads"
+    finally:
+        reader.close()
+    took = _wait_erased(server, biden)
+    print(f"erased {took:.1f} s after the reader let go")
+
+
 def _legacy(path: Path, engine: str, metric: str, entries: dict[str, np.ndarray]) -> Path:
     """The old store's `enrolled.json` (imported into SQLite at the next load)."""
     [dim] = {len(v) for v in entries.values()}

@@ -16,6 +16,7 @@ The ONNX engine only: its 512-d embeddings are the large case."""
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import numpy as np
@@ -123,17 +124,11 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
     before = in_table_files()
     assert before["f32"] and before["i8"], f"the scan finds obama in the table files: {before}"
 
-    def published_parts_holding() -> int:
-        return sum(int(postgres.sql(
-            "SELECT count(*) FROM triton_face.published_index_parts "
-            f"WHERE position('\\x{w.hex()}'::bytea IN bytes) > 0", SUITE_DB)[0][0])
-            for w in _windows(obama))
-
-    assert published_parts_holding(), "the scan finds obama in the published copy"
+    assert _published_parts_holding(postgres, obama), "the scan finds obama in the published copy"
     [gone] = forget(d.http(), "obama")
     assert gone["forgotten"]["removed"] == 1
     forgotten = time.monotonic()
-    while published_parts_holding():
+    while _published_parts_holding(postgres, obama):
         assert time.monotonic() - forgotten < ERASED_WITHIN_S, "the published copy holds obama"
         time.sleep(0.5)
     print(f"the published copy without obama {time.monotonic() - forgotten:.1f} s after the FORGET")
@@ -142,3 +137,37 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
     # operator's VACUUM FULL (docs/gallery.md, privacy) has run.
     postgres.sql(VACUUM_FULL, SUITE_DB)
     assert in_table_files() == {"f32": [], "i8": []}
+    _a_gallery_image_leaves_the_published_copy(postgres, a, photos)
+
+
+def _published_parts_holding(postgres, form: bytes) -> int:
+    return sum(int(postgres.sql(
+        "SELECT count(*) FROM triton_face.published_index_parts "
+        f"WHERE position('\\x{w.hex()}'::bytea IN bytes) > 0", SUITE_DB)[0][0])
+        for w in _windows(form))
+
+
+def _a_gallery_image_leaves_the_published_copy(postgres, a, photos) -> None:
+    """A photo in A's gallery folder: published with the index at A's next load after a change
+    saved its vector; taken out of the folder, the copy is replaced by one without it."""
+    a.stop()
+    shutil.copy(photos.path("obama_partial_face2.jpg"), a.gallery_dir / "walker.jpg")
+    a.start(timeout=BUILD_TIMEOUT_S)
+    assert _who(a, photos, "obama_partial_face2.jpg") == ["walker"]
+    [ack] = infer_encoded(a.http(), [photos.bytes("obama3.jpg")], enroll="carol")
+    assert ack["enrolled"]["added"] is True
+    a.stop()  # a change: the index saved, walker's vector with it
+    a.start(timeout=BUILD_TIMEOUT_S)  # its copy published: other gallery images than the store's
+    [(hex_blob,)] = postgres.sql(
+        "SELECT encode(p.embedding, 'hex') FROM triton_face.folder_photos p JOIN "
+        f"triton_face.galleries g ON g.id = p.gallery WHERE g.name = '{GALLERY}' AND p.faces = 1",
+        SUITE_DB)
+    walker = _forms(np.frombuffer(bytes.fromhex(hex_blob), dtype="<f4"), "onnx")["i8"]
+    assert _published_parts_holding(postgres, walker), "the scan finds walker in the copy"
+    a.stop()
+    (a.gallery_dir / "walker.jpg").unlink()
+    a.start(timeout=BUILD_TIMEOUT_S)
+    taken_out = time.monotonic()
+    while _published_parts_holding(postgres, walker):
+        assert time.monotonic() - taken_out < ERASED_WITHIN_S, "the published copy holds walker"
+        time.sleep(0.5)

@@ -304,9 +304,10 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "key_rate",
         kind: Kind::PositiveNumber,
         default: Default::Unset("none: no limit"),
-        meaning: "with `gallery_key_file`: requests per second each key label may send, over \
-                  all the model's instances (`0.5`: one every 2 s); more are refused \
-                  `UNAVAILABLE` with when to retry",
+        meaning: "with `gallery_key_file`: tokens per second each key label may spend, over \
+                  all the models on the store (`0.5`: one every 2 s); a request costs one per \
+                  image, frame or `EMBEDDING` row, times its `top_k`; more are refused \
+                  `UNAVAILABLE` with when to retry (docs/gallery.md)",
         section: Section::General,
         apply: |d, v| {
             let rate = positive::<f64>(v).filter(|r| *r <= MAX_RATE && *r >= 1e-6)?;
@@ -318,7 +319,8 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "key_burst",
         kind: Kind::PositiveInteger,
         default: Default::Unset("one second's worth: `key_rate` rounded up"),
-        meaning: "with `key_rate`: requests a key label may send at once before its rate holds",
+        meaning: "with `key_rate`: tokens a key label may spend at once before its rate holds; \
+                  a request that costs more is refused",
         section: Section::General,
         apply: |d, v| {
             let burst = positive::<u32>(v).filter(|b| f64::from(*b) <= MAX_RATE)?;
@@ -330,9 +332,10 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "distance_decimals",
         kind: Kind::UnsignedInteger,
         default: Default::Value("2"),
-        meaning: "decimals of the gallery's distances in answers (names, `top_k` candidates, \
-                  sequence summaries), at most 6; it blurs what an answer tells of a stored \
-                  face, but does not stop a `search` key from rebuilding one (docs/gallery.md)",
+        meaning: "decimals of every distance in answers (names, `top_k` candidates, \
+                  verification, sequence summaries), at most 6, and of a `recognize` key's \
+                  `match_threshold`; it blurs what an answer tells of a stored face, but does \
+                  not stop a `search` key from rebuilding one (docs/gallery.md)",
         section: Section::General,
         apply: |d, v| {
             let decimals = unsigned::<u32>(v).filter(|n| *n <= MAX_DECIMALS)?;
