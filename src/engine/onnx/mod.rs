@@ -61,7 +61,7 @@ use net::{load_net, model_file, BatchDim, Batching, Net, RuntimeChoice};
 
 pub use analyze::StageTimes;
 pub use hygiene::Hygiene;
-pub use net::{run_model, TractBench};
+pub use net::{cleaned_for_onnxruntime, run_model, TractBench};
 pub use settings::{DetectorAsked, EmbedderConventions, Normalize, OnnxSettings, Runtime};
 pub use tract_ops::{Kernels, OwnKernels};
 

@@ -672,6 +672,25 @@ pub fn run_model(
         .collect())
 }
 
+/// The model file at `path` as the engine hands it to onnxruntime on the
+/// CPU (hygiene.rs: tiny weights zeroed, PRelu as depthwise convolutions),
+/// serialized, with what the cleaning did. For tools: the int8 copies are
+/// quantized from this form (scripts/quantize.py).
+pub fn cleaned_for_onnxruntime(path: &Path) -> Result<(Vec<u8>, String)> {
+    let fail = |e: TractError| Error::invalid(format!("{}: {e:#}", path.display()));
+    let mut proto = tract_ops::onnx(Kernels::ALL)
+        .proto_model_for_path(path)
+        .map_err(fail)?;
+    if hygiene::has_external_data(&proto) {
+        return Err(Error::invalid(format!(
+            "{}: weights in external data files are not cleaned",
+            path.display()
+        )));
+    }
+    let report = hygiene::clean(&mut proto, Hygiene::default(), PreluForm::Convolutions);
+    Ok((proto.encode_to_vec(), report.describe()))
+}
+
 /// One model on tract with a choice of our kernels, timed node by node: the
 /// kernels bench (examples/tract_kernels.rs) measures each of our ops
 /// against tract's own path for the same stage.

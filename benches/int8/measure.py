@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""The sample models quantized with onnxruntime's static quantization, measured in process
+against their float form: what int8 buys on this CPU before anything is built on it.
+
+Each model as the engine hands it to onnxruntime (examples/onnx_clean: tiny weights zeroed,
+PRelu as depthwise convolutions), opset 13 (per-channel DequantizeLinear needs it), quantized
+QDQ with per-channel int8 weights and uint8 activations (x86's U8S8 kernels, VNNI where the CPU
+has it), calibrated (MinMax) on inputs made from the sample photos. The embedder also with its
+PRelu in the elementwise form `Relu(x) - s*Relu(-x)`, which int8 runs without 1x1 depthwise
+convolutions (against the float form the engine runs). One onnxruntime thread, ORT_ENABLE_ALL,
+median of 5 runs of 100 inferences; agreement on the first calibration input (a crop of a photo).
+
+    cargo build --release --example onnx_clean
+    .venv/bin/python benches/int8/measure.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.version_converter
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_static)
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+ONNX = REPO / "assets" / "onnx"
+PHOTOS = REPO / "assets" / "photos"
+CLEAN = REPO / "target" / "release" / "examples" / "onnx_clean"
+NAMES = ("obama.jpg", "obama2.jpg", "obama3.jpg", "biden.jpg", "group5.jpg", "obama_640x480.jpg")
+
+
+def images(mode: str):
+    for name in NAMES:
+        yield Image.open(PHOTOS / name).convert(mode)
+
+
+def crops(mode: str, size: int, count: int, seed: int):
+    """Square crops of the photos (a third to a half of the short side) at `size`."""
+    rng = np.random.default_rng(seed)
+    for im in images(mode):
+        w, h = im.size
+        for _ in range(count):
+            s = int(min(w, h) * rng.uniform(0.33, 0.5))
+            x, y = int(rng.integers(0, w - s)), int(rng.integers(0, h - s))
+            yield im.crop((x, y, x + s, y + s)).resize((size, size), Image.BILINEAR)
+
+
+def detector_inputs():
+    for im in images("RGB"):
+        x = (np.asarray(im.resize((320, 240), Image.BILINEAR), np.float32) - 127) / 128
+        yield x.transpose(2, 0, 1)[None].copy()
+
+
+def landmark_inputs():
+    for c in crops("L", 64, 4, 1):
+        yield (np.asarray(c, np.float32) / 256)[None, None].copy()
+
+
+def embedder_inputs():
+    for c in crops("RGB", 112, 4, 2):
+        x = (np.asarray(c, np.float32)[..., ::-1] - 127) / 128  # BGR
+        yield x.transpose(2, 0, 1)[None].copy()
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, name: str, inputs):
+        self.feed = ({name: x} for x in inputs)
+
+    def get_next(self):
+        return next(self.feed, None)
+
+
+def session(path: Path) -> ort.InferenceSession:
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = o.inter_op_num_threads = 1
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
+
+
+def ms(path: Path, x: np.ndarray) -> float:
+    s = session(path)
+    feed = {s.get_inputs()[0].name: x}
+    for _ in range(20):
+        s.run(None, feed)
+    runs = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(100):
+            s.run(None, feed)
+        runs.append((time.perf_counter() - t) * 10)
+    return statistics.median(runs)
+
+
+def opset13(path: Path, out: Path) -> Path:
+    m = onnx.load(str(path))
+    if max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < 13:
+        m = onnx.version_converter.convert_version(m, 13)
+    onnx.save(m, str(out))
+    return out
+
+
+def prelu_elementwise(path: Path, out: Path) -> Path:
+    """Every PRelu(x, s) as Relu(x) + (-s) * Relu(-x)."""
+    m = onnx.load(str(path))
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    nodes = []
+    for k, n in enumerate(g.node):
+        if n.op_type != "PRelu":
+            nodes.append(n)
+            continue
+        (x, s), y = n.input, n.output[0]
+        t = [f"prelu{k}_{v}" for v in ("r", "neg", "rn", "srn", "ns")]
+        g.initializer.append(numpy_helper.from_array(-numpy_helper.to_array(inits[s]), t[4]))
+        nodes += [helper.make_node("Relu", [x], [t[0]]), helper.make_node("Neg", [x], [t[1]]),
+                  helper.make_node("Relu", [t[1]], [t[2]]),
+                  helper.make_node("Mul", [t[2], t[4]], [t[3]]),
+                  helper.make_node("Add", [t[0], t[3]], [y])]
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.save(m, str(out))
+    return out
+
+
+def zero_tiny(path: Path, out: Path) -> Path:
+    m = onnx.load(str(path))
+    for init in m.graph.initializer:
+        w = numpy_helper.to_array(init)
+        if w.dtype.kind == "f" and ((np.abs(w) < 1e-10) & (w != 0)).any():
+            w = np.where(np.abs(w) < 1e-10, np.zeros((), w.dtype), w)
+            init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(m, str(out))
+    return out
+
+
+def agreement(a: list[np.ndarray], b: list[np.ndarray], role: str) -> str:
+    if role.startswith("embedder"):
+        u, v = a[0].ravel(), b[0].ravel()
+        return f"cosine {u @ v / np.linalg.norm(u) / np.linalg.norm(v):.4f}"
+    return "max |diff| " + ", ".join(f"{float(np.abs(x - y).max()):.3f}" for x, y in zip(a, b))
+
+
+def measure(role: str, float_model: Path, inputs, work: Path, engine: Path | None = None) -> str:
+    """One row: `float_model` quantized, against `engine` (the float form the engine runs;
+    `float_model` itself unless given)."""
+    engine = engine or float_model
+    name = onnx.load(str(float_model)).graph.input[0].name
+    int8 = work / f"{float_model.stem}.int8.onnx"
+    quantize_static(str(float_model), str(int8), Reader(name, inputs()),
+                    quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    x = next(inputs())
+    f, q = ms(engine, x), ms(int8, x)
+    a, b = session(engine).run(None, {name: x}), session(int8).run(None, {name: x})
+    return f"| {role} | {f:.2f} | {q:.2f} | {f / q:.2f}× | {agreement(a, b, role)} |"
+
+
+def cpu() -> str:
+    flags = Path("/proc/cpuinfo").read_text()
+    model = next((line.split(":", 1)[1].strip() for line in flags.splitlines()
+                  if line.startswith("model name")), "?")
+    isa = "AVX-512 VNNI" if "avx512_vnni" in flags else "AVX2" if "avx2" in flags else "?"
+    return f"{model} ({isa})"
+
+
+def main() -> int:
+    if not CLEAN.is_file():
+        print(f"build it first: cargo build --release --example onnx_clean ({CLEAN})")
+        return 2
+    rows = [f"onnxruntime {ort.__version__}, {cpu()}, one thread",
+            "", "| model | float ms | int8 ms | float / int8 | int8 against float |",
+            "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        floats = {}
+        for role, stem, inputs in (("detector", "fr_detect", detector_inputs),
+                                   ("landmarks", "fr_landmark", landmark_inputs),
+                                   ("embedder", "fr_feature", embedder_inputs)):
+            clean = work / f"{stem}.clean.onnx"
+            subprocess.run([str(CLEAN), str(ONNX / f"{stem}.onnx"), str(clean)], check=True,
+                           capture_output=True)
+            floats[role] = opset13(clean, work / f"{stem}.onnx")
+            rows.append(measure(role, floats[role], inputs, work))
+            print(rows[-1], file=sys.stderr, flush=True)
+        native = opset13(zero_tiny(ONNX / "fr_feature.onnx", work / "native.onnx"),
+                         work / "native13.onnx")
+        elementwise = prelu_elementwise(native, work / "fr_feature_elementwise.onnx")
+        rows.append(measure("embedder, PRelu elementwise", elementwise, embedder_inputs, work,
+                            engine=floats["embedder"]))
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
