@@ -7,7 +7,8 @@ PRelu as depthwise convolutions), opset 13 (per-channel DequantizeLinear needs i
 QDQ with per-channel int8 weights and uint8 activations (x86's U8S8 kernels, VNNI where the CPU
 has it), calibrated (MinMax) on inputs made from the sample photos. The embedder also with its
 PRelu in the elementwise form `Relu(x) - s*Relu(-x)`, which int8 runs without 1x1 depthwise
-convolutions (against the float form the engine runs). One onnxruntime thread, ORT_ENABLE_ALL,
+convolutions (against the float form the engine runs); and an IResNet-like stack of 3x3
+convolutions with random weights, for what int8 does where the time is in dense convolutions. One onnxruntime thread, ORT_ENABLE_ALL,
 median of 5 runs of 100 inferences; agreement on the first calibration input (a crop of a photo).
 
     cargo build --release --example onnx_clean
@@ -143,6 +144,37 @@ def zero_tiny(path: Path, out: Path) -> Path:
     return out
 
 
+def resnet_like(out: Path) -> Path:
+    """A stack of 3x3 convolutions as an IResNet-50-like embedder has them (64 to 512 channels
+    at 56 to 7 pixels, 3+4+8+3 blocks of two), random weights, Relu: what int8 does for a model
+    whose time is in dense convolutions (buffalo_l's w600k_r50 and its kin)."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x: str, cin: int, cout: int, stride: int, name: str) -> str:
+        w = rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))
+        inits.extend([numpy_helper.from_array(w.astype(np.float32), name + "w"),
+                      numpy_helper.from_array(np.zeros(cout, np.float32), name + "b")])
+        nodes.append(helper.make_node("Conv", [x, name + "w", name + "b"], [name + "y"],
+                                      pads=[1] * 4, strides=[stride] * 2))
+        nodes.append(helper.make_node("Relu", [name + "y"], [name + "r"]))
+        return name + "r"
+
+    x, cin = conv("input", 3, 64, 1, "c0"), 64
+    for stage, (c, blocks) in enumerate(((64, 3), (128, 4), (256, 8), (512, 3))):
+        for b in range(blocks):
+            x, cin = conv(x, cin, c, 2 if b == 0 else 1, f"s{stage}b{b}a"), c
+            x = conv(x, c, c, 1, f"s{stage}b{b}b")
+    graph = helper.make_graph(
+        nodes, "resnet_like",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, 112, 112])],
+        [helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(out))
+    return out
+
+
 def agreement(a: list[np.ndarray], b: list[np.ndarray], role: str) -> str:
     if role.startswith("embedder"):
         u, v = a[0].ravel(), b[0].ravel()
@@ -197,6 +229,8 @@ def main() -> int:
         elementwise = prelu_elementwise(native, work / "fr_feature_elementwise.onnx")
         rows.append(measure("embedder, PRelu elementwise", elementwise, embedder_inputs, work,
                             engine=floats["embedder"]))
+        rows.append(measure("embedder-like 3×3 stack, random weights", resnet_like(
+            work / "resnet_like.onnx"), embedder_inputs, work))
     print("\n".join(rows))
     return 0
 
