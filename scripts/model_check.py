@@ -114,13 +114,17 @@ def _free(port: int) -> bool:
             return False
 
 
-def serve(params: dict[str, str], folder: Path) -> tuple[str, Path]:
-    """A server on a repository holding only the checked model; its URL and log."""
+def serve(params: dict[str, str], folder: Path,
+          gallery: dict[str, Path] | None = None) -> tuple[str, Path]:
+    """A server on a repository holding only the checked model (its gallery folder holding
+    `gallery`: file name -> photo); its URL and log."""
     if not LIBRARY.is_file():
         raise CheckFailed(f"{LIBRARY} not built: run `bash scripts/build.sh` (after scripts/setup.sh)")
     model = folder / "models" / MODEL
     (model / "1").mkdir(parents=True)
     (model / "gallery").mkdir()
+    for name, photo in (gallery or {}).items():
+        shutil.copy2(photo, model / "gallery" / name)
     shutil.copy2(LIBRARY, model / "libtriton_face.so")
     (model / "config.pbtxt").write_text(config_text(params))
     url = f"127.0.0.1:{free_ports()}"

@@ -17,26 +17,22 @@ median of 5 runs of 100 inferences; agreement on the first calibration input (a 
 
 from __future__ import annotations
 
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx.version_converter
 import onnxruntime as ort
 from onnx import helper, numpy_helper
-from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                      quantize_static)
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from quantize import engine_form, ms, quantize  # noqa: E402  (the copies' own steps)
+
 ONNX = REPO / "assets" / "onnx"
 PHOTOS = REPO / "assets" / "photos"
-CLEAN = REPO / "target" / "release" / "examples" / "onnx_clean"
 NAMES = ("obama.jpg", "obama2.jpg", "obama3.jpg", "biden.jpg", "group5.jpg", "obama_640x480.jpg")
 
 
@@ -73,43 +69,6 @@ def embedder_inputs():
         yield x.transpose(2, 0, 1)[None].copy()
 
 
-class Reader(CalibrationDataReader):
-    def __init__(self, name: str, inputs):
-        self.feed = ({name: x} for x in inputs)
-
-    def get_next(self):
-        return next(self.feed, None)
-
-
-def session(path: Path) -> ort.InferenceSession:
-    o = ort.SessionOptions()
-    o.intra_op_num_threads = o.inter_op_num_threads = 1
-    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
-
-
-def ms(path: Path, x: np.ndarray) -> float:
-    s = session(path)
-    feed = {s.get_inputs()[0].name: x}
-    for _ in range(20):
-        s.run(None, feed)
-    runs = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(100):
-            s.run(None, feed)
-        runs.append((time.perf_counter() - t) * 10)
-    return statistics.median(runs)
-
-
-def opset13(path: Path, out: Path) -> Path:
-    m = onnx.load(str(path))
-    if max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) < 13:
-        m = onnx.version_converter.convert_version(m, 13)
-    onnx.save(m, str(out))
-    return out
-
-
 def prelu_elementwise(path: Path, out: Path) -> Path:
     """Every PRelu(x, s) as Relu(x) + (-s) * Relu(-x)."""
     m = onnx.load(str(path))
@@ -134,7 +93,10 @@ def prelu_elementwise(path: Path, out: Path) -> Path:
 
 
 def zero_tiny(path: Path, out: Path) -> Path:
-    m = onnx.load(str(path))
+    """Tiny weights zeroed, PRelu kept, at opset 13."""
+    import onnx.version_converter
+
+    m = onnx.version_converter.convert_version(onnx.load(str(path)), 13)
     for init in m.graph.initializer:
         w = numpy_helper.to_array(init)
         if w.dtype.kind == "f" and ((np.abs(w) < 1e-10) & (w != 0)).any():
@@ -187,13 +149,11 @@ def measure(role: str, float_model: Path, inputs, work: Path, engine: Path | Non
     `float_model` itself unless given)."""
     engine = engine or float_model
     name = onnx.load(str(float_model)).graph.input[0].name
-    int8 = work / f"{float_model.stem}.int8.onnx"
-    quantize_static(str(float_model), str(int8), Reader(name, inputs()),
-                    quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    int8 = quantize(float_model, work / f"{float_model.stem}.int8.onnx", list(inputs()))
     x = next(inputs())
-    f, q = ms(engine, x), ms(int8, x)
-    a, b = session(engine).run(None, {name: x}), session(int8).run(None, {name: x})
+    f, q = ms(engine, x, each=100), ms(int8, x, each=100)
+    a, b = (ort.InferenceSession(str(m), providers=["CPUExecutionProvider"]).run(None, {name: x})
+            for m in (engine, int8))
     return f"| {role} | {f:.2f} | {q:.2f} | {f / q:.2f}× | {agreement(a, b, role)} |"
 
 
@@ -206,9 +166,6 @@ def cpu() -> str:
 
 
 def main() -> int:
-    if not CLEAN.is_file():
-        print(f"build it first: cargo build --release --example onnx_clean ({CLEAN})")
-        return 2
     rows = [f"onnxruntime {ort.__version__}, {cpu()}, one thread",
             "", "| model | float ms | int8 ms | float / int8 | int8 against float |",
             "|---|---|---|---|---|"]
@@ -218,14 +175,10 @@ def main() -> int:
         for role, stem, inputs in (("detector", "fr_detect", detector_inputs),
                                    ("landmarks", "fr_landmark", landmark_inputs),
                                    ("embedder", "fr_feature", embedder_inputs)):
-            clean = work / f"{stem}.clean.onnx"
-            subprocess.run([str(CLEAN), str(ONNX / f"{stem}.onnx"), str(clean)], check=True,
-                           capture_output=True)
-            floats[role] = opset13(clean, work / f"{stem}.onnx")
+            floats[role] = engine_form(ONNX / f"{stem}.onnx", work / f"{stem}.onnx")
             rows.append(measure(role, floats[role], inputs, work))
             print(rows[-1], file=sys.stderr, flush=True)
-        native = opset13(zero_tiny(ONNX / "fr_feature.onnx", work / "native.onnx"),
-                         work / "native13.onnx")
+        native = zero_tiny(ONNX / "fr_feature.onnx", work / "native.onnx")
         elementwise = prelu_elementwise(native, work / "fr_feature_elementwise.onnx")
         rows.append(measure("embedder, PRelu elementwise", elementwise, embedder_inputs, work,
                             engine=floats["embedder"]))

@@ -205,6 +205,9 @@ impl Settings {
             cadence,
             ..
         } = draft;
+        if settings.engine == EngineKind::Onnx && settings.onnx.int8 {
+            settings.onnx.take_int8_copies()?;
+        }
         let max_batch = config_u64(config, "", "max_batch_size")?;
         settings.batched = max_batch > 0;
         settings.response_cache = (config.get("response_cache"))
@@ -379,6 +382,39 @@ mod tests {
         assert_eq!(s.match_threshold, Some(0.5));
         assert!(s.return_embeddings && s.batched);
         assert_eq!(s.max_faces_per_image, 3);
+    }
+
+    #[test]
+    fn int8_takes_the_copies_there_are_and_refuses_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let version = dir.path().join("1");
+        std::fs::create_dir(&version).unwrap();
+        let load = || {
+            Settings::from_config(
+                &params(&[
+                    ("engine", "onnx"),
+                    ("detector_model", "det.onnx"),
+                    ("landmark_model", "lm.onnx"),
+                    ("embedder_model", "emb.onnx"),
+                    ("model_precision", "int8"),
+                ]),
+                dir.path(),
+                &version,
+            )
+        };
+        let e = load().err().unwrap().to_string();
+        assert!(
+            e.contains("no int8 copy") && e.contains("emb.int8.onnx"),
+            "{e}"
+        );
+        std::fs::write(version.join("emb.int8.onnx"), b"").unwrap();
+        let s = load().unwrap();
+        assert_eq!(s.onnx.embedder_model, version.join("emb.int8.onnx"));
+        assert_eq!(
+            s.onnx.detector_model,
+            version.join("det.onnx"),
+            "no copy: float"
+        );
     }
 
     #[test]

@@ -648,6 +648,24 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| path(d.version_dir, v).map(|p| d.settings.onnx.embedder_model = p),
     },
     Parameter {
+        name: "model_precision",
+        kind: Kind::Choice(&["float", "int8"]),
+        default: Default::Value("float"),
+        meaning: "`int8`: each model file `X.onnx` replaced by its int8 copy `X.int8.onnx` \
+                  beside it where there is one (scripts/quantize.py writes a copy only when it \
+                  passes its check; at least one must exist); an int8 embedder or landmark model \
+                  is another embedder to the gallery (docs/engines.md)",
+        section: Section::Onnx,
+        apply: |d, v| {
+            d.settings.onnx.int8 = match v.to_ascii_lowercase().as_str() {
+                "float" => false,
+                "int8" => true,
+                _ => return None,
+            };
+            Some(())
+        },
+    },
+    Parameter {
         name: "embedder_normalize",
         kind: Kind::Choice(&["scale", "standardize"]),
         default: Default::Value("scale"),

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::hygiene::Hygiene;
+use crate::error::{Error, Result};
 
 /// How to turn 8-bit pixels into a network input: channel order, then
 /// `(value - mean) * scale`, the mean of each channel in the model's order.
@@ -108,6 +109,9 @@ pub struct OnnxSettings {
     pub detector_family: Option<String>,
     pub landmark_model: Option<PathBuf>,
     pub embedder_model: PathBuf,
+    /// `model_precision: int8`: each model's checked int8 copy in its
+    /// place where there is one (`take_int8_copies`).
+    pub int8: bool,
     pub detector: DetectorAsked,
     pub embedder: EmbedderConventions,
     /// Model cleaning at load (hygiene.rs).
@@ -165,6 +169,7 @@ impl OnnxSettings {
             detector_family: None,
             landmark_model: None,
             embedder_model: dir.join("embedder.onnx"),
+            int8: false,
             detector: DetectorAsked::default(),
             embedder: EmbedderConventions {
                 norm: Normalize {
@@ -188,7 +193,47 @@ impl OnnxSettings {
     }
 }
 
+/// An int8 copy's file beside its model's: `X.int8.onnx` for `X.onnx`
+/// (scripts/quantize.py writes it only when it passes its check).
+pub fn int8_copy(model: &Path) -> PathBuf {
+    model.with_extension("int8.onnx")
+}
+
 impl OnnxSettings {
+    /// `model_precision: int8`: each model (detector, landmarks, embedder)
+    /// replaced by its int8 copy where there is one; the roles that took
+    /// one, and a load error when none has one (a typo would otherwise
+    /// serve float unnoticed). A model without a copy stays float: its
+    /// quantization did not pass its check, or was slower.
+    pub fn take_int8_copies(&mut self) -> Result<Vec<&'static str>> {
+        let mut taken = Vec::new();
+        let mut looked = Vec::new();
+        let models = [
+            ("detector", Some(&mut self.detector_model)),
+            ("landmarks", self.landmark_model.as_mut()),
+            ("embedder", Some(&mut self.embedder_model)),
+        ];
+        for (role, model) in models {
+            let Some(model) = model else { continue };
+            let copy = int8_copy(model);
+            if copy.is_file() {
+                *model = copy;
+                taken.push(role);
+            } else {
+                looked.push(copy.display().to_string());
+            }
+        }
+        if taken.is_empty() {
+            return Err(Error::invalid(format!(
+                "model_precision int8: no int8 copy of any model (looked for {}); make them \
+                 with scripts/quantize.py, which writes a copy only when it passes its check \
+                 (docs/engines.md)",
+                looked.join(", ")
+            )));
+        }
+        Ok(taken)
+    }
+
     /// The most items one model run takes. On the CPU one: batches are
     /// slower there, on both runtimes (docs/benchmarks.md "Batches through
     /// the models": onnxruntime 171 frames/s one at a time, 125 in runs of
