@@ -415,6 +415,21 @@ mod tests {
             version.join("det.onnx"),
             "no copy: float"
         );
+        let tract = Settings::from_config(
+            &params(&[
+                ("engine", "onnx"),
+                ("embedder_model", "emb.onnx"),
+                ("model_precision", "int8"),
+                ("runtime", "tract"),
+            ]),
+            dir.path(),
+            &version,
+        );
+        assert!(tract
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("runs on onnxruntime"));
     }
 
     #[test]

@@ -654,7 +654,7 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning: "`int8`: each model file `X.onnx` replaced by its int8 copy `X.int8.onnx` \
                   beside it where there is one (scripts/quantize.py writes a copy only when it \
                   passes its check; at least one must exist); an int8 embedder or landmark model \
-                  is another embedder to the gallery (docs/engines.md)",
+                  is another embedder to the gallery; onnxruntime only (docs/engines.md)",
         section: Section::Onnx,
         apply: |d, v| {
             d.settings.onnx.int8 = match v.to_ascii_lowercase().as_str() {

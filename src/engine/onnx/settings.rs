@@ -206,6 +206,14 @@ impl OnnxSettings {
     /// serve float unnoticed). A model without a copy stays float: its
     /// quantization did not pass its check, or was slower.
     pub fn take_int8_copies(&mut self) -> Result<Vec<&'static str>> {
+        if self.runtime == Runtime::Tract {
+            // Measured (docs/engines.md): tract runs the QDQ copies several
+            // times slower than float, and the sample detector's wrongly.
+            return Err(Error::unsupported(
+                "model_precision int8 runs on onnxruntime: tract runs int8 (QDQ) models slower \
+                 than their float form, and some wrongly; use `runtime: onnxruntime` or float",
+            ));
+        }
         let mut taken = Vec::new();
         let mut looked = Vec::new();
         let models = [
