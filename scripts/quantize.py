@@ -81,13 +81,16 @@ def engine_form(model: Path, out: Path) -> Path:
     return out
 
 
-def quantize(model: Path, out: Path, inputs: list[np.ndarray]) -> Path:
-    """QDQ, per-channel int8 weights, uint8 activations, calibrated on `inputs`."""
+def quantize(model: Path, out: Path, inputs: list[np.ndarray], keep_float: str = "") -> Path:
+    """QDQ, per-channel int8 weights, uint8 activations, calibrated on `inputs`; the nodes whose
+    names match the regular expression `keep_float` stay float."""
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
 
-    name = onnx.load(str(model)).graph.input[0].name
+    proto = onnx.load(str(model))
+    name = proto.graph.input[0].name
+    floats = [n.name for n in proto.graph.node if keep_float and re.search(keep_float, n.name)]
 
     class Feed(CalibrationDataReader):
         def __init__(self):
@@ -99,7 +102,7 @@ def quantize(model: Path, out: Path, inputs: list[np.ndarray]) -> Path:
 
     quantize_static(str(model), str(out), Feed(), quant_format=QuantFormat.QDQ,
                     per_channel=True, activation_type=QuantType.QUInt8,
-                    weight_type=QuantType.QInt8)
+                    weight_type=QuantType.QInt8, nodes_to_exclude=floats)
     return out
 
 
@@ -337,7 +340,7 @@ def run(args: argparse.Namespace) -> None:
         inputs = calibration([s for s in floats if s.photo not in held], args.role, settings, base)
         if not inputs:
             raise CheckFailed(f"no calibration input for the {args.role}: no face found")
-        int8 = quantize(base, work / "int8.onnx", inputs)
+        int8 = quantize(base, work / "int8.onnx", inputs, args.keep_float)
         float_ms, int8_ms = ms(base, inputs[0]), ms(int8, inputs[0])
         print(f"{args.role}: {len(inputs)} calibration inputs from "
               f"{len(photos) - len(held)} photos; {len(held)} photos held apart")
@@ -368,6 +371,9 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=SAMPLE_CONFIG,
                         help="the served model whose pipeline runs around MODEL")
     parser.add_argument("--photos", type=Path, help="a folder per person, or name_*.jpg files")
+    parser.add_argument("--keep-float", default="", metavar="REGEX",
+                        help="nodes (of the model as the engine runs it) whose names match stay "
+                             "float, e.g. '^Conv_0$|^PRelu_' (the first convolution, the PRelu)")
     args = parser.parse_args()
     try:
         run(args)
