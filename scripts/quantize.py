@@ -45,6 +45,7 @@ import numpy as np
 import face_api
 import local_server
 import model_check
+import video_score
 from model_check import CheckFailed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -246,12 +247,9 @@ def run_pipeline(params: dict[str, str], photos: list[tuple[Path, str]], folder:
 # ---- the check --------------------------------------------------------------------------------
 
 def iou(a: dict, b: dict) -> float:
-    w = min(a["right"], b["right"]) - max(a["left"], b["left"])
-    h = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])
-    inter = max(w, 0) * max(h, 0)
-    area = lambda r: (r["right"] - r["left"]) * (r["bottom"] - r["top"])  # noqa: E731
-    union = area(a) + area(b) - inter
-    return inter / union if union > 0 else 0.0
+    """Of two answers' boxes (video_score's rule on their corners)."""
+    corners = lambda r: (r["left"], r["top"], r["right"], r["bottom"])  # noqa: E731
+    return video_score.iou(corners(a), corners(b))
 
 
 def chip_scale(points: np.ndarray) -> float:
