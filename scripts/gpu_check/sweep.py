@@ -186,7 +186,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--kind", default="KIND_GPU", help="of variants without cpu: or gpu:")
-    parser.add_argument("--variants", default="4x1b1 4x1 2x1 1x1 cpu:4x4")
+    parser.add_argument("--variants", default="4x1 4x1b8 2x1 1x1 cpu:4x4")
     parser.add_argument("--inputs", default="image-shm encoded")
     parser.add_argument("--concurrency", default="8 32 64 128")
     parser.add_argument("--max-batch-size", type=int, default=32)

@@ -781,7 +781,7 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "max_engine_batch",
         kind: Kind::PositiveInteger,
         default: Default::Unset(
-            "`1` on `KIND_CPU` instances (batches are slower on the CPU), `32` on `KIND_GPU`; \
+            "`1` (batches are slower on the CPU, and were seen failing on a GPU: docs/gpu.md); \
              always `1` with `runtime: tract`",
         ),
         meaning: "the most frames (detector) or faces (landmarks, embedder) one model run takes: \

@@ -137,11 +137,6 @@ pub struct OnnxSettings {
     pub cuda_device: Option<i32>,
 }
 
-/// `max_engine_batch`'s default on a GPU: the most the bundle's GPU model
-/// (max_batch_size 32) can bring; not measured on a GPU yet (docs/gpu.md "On
-/// a GPU" says how the sweep will).
-pub const GPU_ENGINE_BATCH: usize = 32;
-
 /// What runs the models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Runtime {
@@ -242,17 +237,18 @@ impl OnnxSettings {
         Ok(taken)
     }
 
-    /// The most items one model run takes. On the CPU one: batches are
-    /// slower there, on both runtimes (docs/benchmarks.md "Batches through
-    /// the models": onnxruntime 171 frames/s one at a time, 125 in runs of
-    /// 8); tract always. On a GPU `max_engine_batch`, by default
-    /// GPU_ENGINE_BATCH. A value set on the CPU is taken as asked.
+    /// The most items one model run takes: `max_engine_batch` where set
+    /// (tract: always one), else one. One on the CPU because batches are
+    /// slower there (docs/benchmarks.md "Batches through the models":
+    /// onnxruntime 171 frames/s one at a time, 125 in runs of 8); one on a
+    /// GPU because the batched path is the one seen failing there (an H200,
+    /// 2026-12-04: no request answered within 1.5 s at concurrency 8, while
+    /// one item a run served 609 frames/s; docs/gpu.md "On a GPU").
     pub fn runs_of(&self) -> usize {
-        match (self.runtime, self.max_engine_batch, self.cuda_device) {
-            (Runtime::Tract, ..) => 1,
-            (_, Some(most), _) => most.max(1),
-            (_, None, Some(_)) => GPU_ENGINE_BATCH,
-            (_, None, None) => 1,
+        match (self.runtime, self.max_engine_batch) {
+            (Runtime::Tract, _) => 1,
+            (_, Some(most)) => most.max(1),
+            (_, None) => 1,
         }
     }
 
@@ -261,7 +257,7 @@ impl OnnxSettings {
         match (self.runtime, self.max_engine_batch) {
             (Runtime::Tract, _) => "tract",
             (_, Some(_)) => "max_engine_batch 1",
-            (_, None) => "the CPU's default",
+            (_, None) => "the default",
         }
     }
 }
@@ -271,21 +267,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_item_a_run_on_the_cpu_and_on_tract_runs_on_a_gpu() {
+    fn one_item_a_run_unless_asked_and_never_on_tract() {
         let cpu = OnnxSettings::defaults(Path::new("."));
         let gpu = OnnxSettings {
             cuda_device: Some(0),
             ..cpu.clone()
         };
         assert_eq!(cpu.runs_of(), 1);
-        assert_eq!(cpu.why_one_at_a_time(), "the CPU's default");
-        assert_eq!(gpu.runs_of(), GPU_ENGINE_BATCH);
+        assert_eq!(cpu.why_one_at_a_time(), "the default");
+        assert_eq!(gpu.runs_of(), 1);
         let asked = |s: &OnnxSettings, n| OnnxSettings {
             max_engine_batch: Some(n),
             ..s.clone()
         };
         assert_eq!(asked(&cpu, 8).runs_of(), 8);
-        assert_eq!(asked(&gpu, 1).runs_of(), 1);
+        assert_eq!(asked(&gpu, 32).runs_of(), 32);
         let tract = OnnxSettings {
             runtime: Runtime::Tract,
             ..asked(&cpu, 8)
