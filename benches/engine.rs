@@ -198,6 +198,7 @@ fn bench_dlib(c: &mut Criterion) {
     let frame = prepare(&mut engine, &jpeg, &photo, MAX_FACES);
 
     bench_tracker(c, &mut engine, &frame);
+    bench_smallest_face(c, &weights, &frame);
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(1));
     group.warm_up_time(Duration::from_secs(1));
@@ -211,6 +212,28 @@ fn bench_dlib(c: &mut Criterion) {
         (MAX_PIXELS, MAX_FACES),
         8,
     );
+}
+
+/// dlib's HOG and landmarks on the 640x480 photo, the image as it is and
+/// resized for `smallest_face` (docs/parameters.md quotes the ratios).
+fn bench_smallest_face(c: &mut Criterion, weights: &Path, frame: &Frame) {
+    let boxes = Wanted {
+        embeddings: false,
+        ..Wanted::all(MAX_FACES)
+    };
+    let mut group = c.benchmark_group("smallest_face");
+    group.warm_up_time(Duration::from_secs(1)).sample_size(20);
+    for px in [0, 50, 120] {
+        let settings = DlibSettings {
+            smallest_face: px,
+            ..DlibSettings::default()
+        };
+        let mut engine = DlibEngine::load(weights, settings).expect("load dlib");
+        group.bench_function(px.to_string(), |b| {
+            b.iter(|| engine.analyze(&[(frame, boxes)]).remove(0).expect("detect"))
+        });
+    }
+    group.finish();
 }
 
 /// The tracker that carries a face between detections (engine::tracker),

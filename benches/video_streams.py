@@ -8,12 +8,15 @@ it sent its frames at no less than HOLD of that rate. The client runs on the sam
 also scores every stream's answers against the video's truth (scripts/video_score.py): named
 right, false names, ID switches, boxes. Each engine and cadence also runs, as one stream, the
 other scenes made the same way (`sample_video.py --scene crossing`: two faces crossing, one above
-the other; `--scene camera`: a face walking towards the camera, swaying and growing, then two side
-by side), scored the same way. `--video camera` runs the streams on the camera scene instead.
+the other; `camera`: a face walking towards the camera, swaying and growing, then two side by
+side; `approach`, `offsets`, `behind`: faces entering at 50 px, small faces between the
+detector's cells, a face passing behind another), scored the same way. `--video SCENE` runs the
+streams on that scene instead.
 
     python benches/video_streams.py            # -> out/bench-video-streams.txt
     python benches/video_streams.py --engines onnx --cadences shipped --start 20
     python benches/video_streams.py --engines dlib --cadences shipped --video camera
+    python benches/video_streams.py --engines dlib --cadences shipped --param smallest_face=0
 """
 
 from __future__ import annotations
@@ -67,14 +70,16 @@ def streams_run(server: TritonServer, video: SampleVideo, streams: int,
 
 
 def engine_rows(engine: str, cadence: str, videos: list[SampleVideo], streams_from: range,
-                work: Path, params: dict[str, str]) -> tuple[list[tuple], list[Score]]:
+                work: Path, params: dict[str, str],
+                drop: list[str]) -> tuple[list[tuple], list[Score]]:
     """The streams rows on the first video, then each other video's score as one stream."""
     video, others = videos[0], videos[1:]
     rows = []
     folder = work / f"{engine}-{cadence.replace(' ', '-')}"
     # The suite's harness: face_sequence with the engine's shipped sequence config.
+    edits = [(rf'(?m)^parameters {{ key: "{key}" .*\n', "") for key in drop]
     with TritonServer(resolve_env(), folder, model="face_sequence", engine=engine,
-                      params=params) as server:
+                      params=params, config_edits=edits) as server:
         for streams in streams_from:
             held, scored, client = streams_run(server, video, streams, folder / f"n{streams}")
             rows.append((engine, cadence, streams, min(held), sum(held) / len(held), scored, client))
@@ -94,8 +99,11 @@ def main() -> None:
     ap.add_argument("--most", type=int, default=40, help="stop at this many streams")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="a model parameter for every server, over the cadence's (repeatable)")
-    ap.add_argument("--video", choices=("sample", "camera"), default="sample",
-                    help="the video the streams run on")
+    ap.add_argument("--drop", action="append", default=[], metavar="KEY",
+                    help="a parameter of the shipped config left out (repeatable; with "
+                         "FACE_BACKEND_LIB, a build from before the parameter)")
+    ap.add_argument("--video", choices=sorted(sample_video.SCENES), default="sample",
+                    help="the video the streams run on (a sample_video.py scene)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench-video-streams.txt")
     args = ap.parse_args()
     video = SampleVideo.find()
@@ -104,15 +112,16 @@ def main() -> None:
     runs = [(e, c) for e in args.engines.split(",") for c in args.cadences.split(",")]
     with tempfile.TemporaryDirectory() as work:
         scenes = {}
-        for scene in ("crossing", "camera"):
+        for scene in (s for s in sample_video.SCENES if s != "sample"):
             path = Path(work) / f"{scene}.mp4"
             scenes[scene] = SampleVideo(path, sample_video.write(resolve_env().photos, path, scene))
-        if args.video == "camera":
-            video, scenes["sample"] = scenes.pop("camera"), video
+        if args.video != "sample":
+            video, scenes["sample"] = scenes.pop(args.video), video
         videos = [video, *scenes.values()]
         for engine, cadence in runs:
             streams, scores = engine_rows(engine, cadence, videos, range(args.start, args.most + 1),
-                                          Path(work), {**CADENCES[cadence], **extra})
+                                          Path(work), {**CADENCES[cadence], **extra},
+                                          args.drop)
             rows += streams
             others += [(engine, cadence, name, s) for name, s in zip(scenes, scores)]
     lines = ["| engine | cadence | streams | slowest stream fps | mean fps | named right "

@@ -14,6 +14,8 @@ this one (scripts/setup.sh); the same photos give the same frames.
 their heads overlap (their faces do not); the tests follow both through it.
 `--scene camera` makes a third (9 s), what a camera in a hall sees: obama walks towards it,
 swaying, his face growing from 80 to 400 px; then biden and obama side by side; then no one.
+`--scene approach`, `offsets` and `behind`: faces entering small (50 px) and growing, small
+faces coming into view between the detector's cells, a face passing behind another.
 """
 
 from __future__ import annotations
@@ -108,7 +110,48 @@ def camera(frame: int) -> list[tuple]:
     return []
 
 
-SCENES = {"sample": (scene, FRAMES), "crossing": (crossing, 40), "camera": (camera, 90)}
+def face(px: float) -> float:
+    """The scale of a head whose face is `px` wide on the canvas (its square is twice that)."""
+    return px / (SPRITE * (FACE[2] - FACE[0]))
+
+
+def approach(frame: int) -> list[tuple]:
+    """Faces entering small and growing (6 s): obama comes in from the left, his face growing
+    from 50 to 150 px (frames 0-59); biden comes in from the right at 50 px, growing to 110
+    (25-59)."""
+    heads = [("obama2.jpg", along(frame, 0, 19, -20, WIDTH * 0.35), HEIGHT * 0.45,
+              face(along(frame, 0, 59, 50, 150)))]
+    if frame >= 25:
+        heads.append(("biden.jpg", along(frame, 25, 39, WIDTH + 20, WIDTH * 0.76), HEIGHT * 0.4,
+                      face(along(frame, 25, 59, 50, 110))))
+    return heads
+
+
+def offsets(frame: int) -> list[tuple]:
+    """Small faces (52-64 px) coming into view at offsets of the frame that fall between the
+    detector's 8 px cells (9 s): obama from the top (frames 0-29, then out the top), biden from
+    the left (8-89), obama again from the right, lower (33-89)."""
+    heads = []
+    if frame < 30:
+        cy = along(frame, 0, 14, -30, 130.6) if frame < 24 else along(frame, 24, 29, 130.6, -40)
+        heads.append(("obama3.jpg", 150.4 + 0.3 * frame, cy, face(56)))
+    if frame >= 8:
+        heads.append(("biden.jpg", along(frame, 8, 22, -30, 140.7), 330.2, face(64)))
+    if frame >= 33:
+        heads.append(("obama2.jpg", along(frame, 33, 47, WIDTH + 30, 470.3), 300.5, face(52)))
+    return heads
+
+
+def behind(frame: int) -> list[tuple]:
+    """A face passing behind another (6 s): obama stands still (a 90 px face); biden, nearer
+    the camera (130 px), walks across in front of him (frames 10-49), hiding his face while
+    their squares overlap."""
+    return [("obama3.jpg", WIDTH / 2, HEIGHT / 2, face(90)),
+            ("biden.jpg", along(frame, 10, 49, -150, WIDTH + 150), HEIGHT / 2 + 20, face(130))]
+
+
+SCENES = {"sample": (scene, FRAMES), "crossing": (crossing, 40), "camera": (camera, 90),
+          "approach": (approach, 60), "offsets": (offsets, 90), "behind": (behind, 60)}
 
 
 def render(photos: Path, frame: int, cache: dict, base: Image.Image,

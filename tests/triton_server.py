@@ -106,7 +106,7 @@ ONNX_SAMPLE_MODEL = "face_onnx"
 # The sample models that stand for `face` and `face_sequence` on the ONNX engine.
 ONNX_SAMPLES = {MODEL: ONNX_SAMPLE_MODEL, "face_sequence": "face_onnx_sequence"}
 # Parameters that mean something to the dlib engine only; dropped when switching to onnx.
-DLIB_PARAMETERS = ("detector", "weights_dir")
+DLIB_PARAMETERS = ("detector", "weights_dir", "smallest_face")
 
 
 def engine_config(env: SuiteEnv, model: str, engine: str) -> str:

@@ -262,6 +262,17 @@ pub static PARAMETERS: &[Parameter] = &[
         },
     },
     Parameter {
+        name: "smallest_face",
+        kind: Kind::UnsignedInteger,
+        default: Default::Value("0"),
+        meaning: "dlib HOG detector: the smallest face width (pixels, 20 to 800) it looks for; \
+                  the image is resized by 80 / this before detection (HOG's window is 80 px): \
+                  on a 640x480 frame 50 takes 2.4x the time of the image as it is, 120 0.5x \
+                  (benches/engine.rs); `0`: the image as it is; not with `upsample` or the CNN",
+        section: Section::General,
+        apply: |d, v| unsigned(v).map(|n| d.settings.dlib.smallest_face = n),
+    },
+    Parameter {
         name: "blas_threads",
         kind: Kind::PositiveInteger,
         default: Default::Value("1"),

@@ -15,8 +15,8 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
-pub use shim::MAX_UPSAMPLE;
 use shim::{Detector, Encoder, Image, Predictor, Rect, Shape, CHIP_SIDE};
+pub use shim::{HOG_WINDOW, MAX_UPSAMPLE};
 
 pub const RESNET_FILE: &str = "dlib_face_recognition_resnet_model_v1.dat";
 pub const SHAPE5_FILE: &str = "shape_predictor_5_face_landmarks.dat";
@@ -52,6 +52,9 @@ pub struct DlibSettings {
     pub cnn_min_side: u32,
     /// Times the image is doubled before detection (finds smaller faces).
     pub upsample: u32,
+    /// HOG only: the smallest face width (px) to look for; the image is
+    /// resized by HOG_WINDOW / this before the pyramid. 0: as it is.
+    pub smallest_face: u32,
     /// OpenBLAS threads, process-wide (see shim::set_blas_threads).
     pub blas_threads: usize,
 }
@@ -62,7 +65,33 @@ impl Default for DlibSettings {
             detector: DetectorKind::Hog,
             cnn_min_side: DEFAULT_CNN_MIN_SIDE,
             upsample: 0,
+            smallest_face: 0,
             blas_threads: 1,
+        }
+    }
+}
+
+impl DlibSettings {
+    /// What the image is resized by before HOG scans it (`smallest_face`).
+    pub fn scale(&self) -> Result<f64> {
+        if self.smallest_face == 0 {
+            return Ok(1.0);
+        }
+        if self.detector != DetectorKind::Hog || self.upsample > 0 {
+            return Err(Error::invalid(
+                "smallest_face is for the HOG detector without upsample (the CNN finds smaller \
+                 faces with upsample)",
+            ));
+        }
+        let scale = f64::from(HOG_WINDOW) / f64::from(self.smallest_face);
+        match (shim::MIN_SCALE..=shim::MAX_SCALE).contains(&scale) {
+            true => Ok(scale),
+            false => Err(Error::invalid(format!(
+                "smallest_face = {} is outside {} to {} px",
+                self.smallest_face,
+                (f64::from(HOG_WINDOW) / shim::MAX_SCALE).ceil(),
+                (f64::from(HOG_WINDOW) / shim::MIN_SCALE).floor()
+            ))),
         }
     }
 }
@@ -92,6 +121,7 @@ impl DlibEngine {
                 settings.upsample
             )));
         }
+        settings.scale()?;
         let detector = match settings.detector {
             DetectorKind::Hog => Detector::hog()?,
             DetectorKind::Cnn => Detector::cnn(&require_file(dir, MMOD_FILE)?)?,
@@ -119,7 +149,8 @@ impl DlibEngine {
         let mut stages = Stages::default();
         let started = Instant::now();
         let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
-        let (rects, found) = self.detector.detect(&image, upsample, MAX_FOUND)?;
+        let scale = self.settings.scale()?;
+        let (rects, found) = self.detector.detect(&image, upsample, scale, MAX_FOUND)?;
         if found > MAX_FOUND {
             return Err(Error::invalid(format!(
                 "found {found} faces, more than max_faces_per_image = {}",
@@ -259,9 +290,13 @@ impl Engine for DlibEngine {
             DetectorKind::Cnn => "MMOD CNN",
         };
         format!(
-            "dlib ({detector} detector, upsample {}, 5-point landmarks, ResNet 128-d embedder; \
+            "dlib ({detector} detector, {}, 5-point landmarks, ResNet 128-d embedder; \
              shim {SIMD}, OpenBLAS threads {})",
-            self.settings.upsample, self.blas_threads
+            match self.settings.smallest_face {
+                0 => format!("upsample {}", self.settings.upsample),
+                px => format!("faces from {px} px"),
+            },
+            self.blas_threads
         )
     }
     fn embedding_len(&self) -> usize {
@@ -333,6 +368,84 @@ mod tests {
             .remove(0)
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    }
+
+    /// A face of `side` px: the 640x480 photo's face (180 px) shrunk onto
+    /// a grey canvas of the same size.
+    fn small_face(side: u32) -> Frame {
+        let bytes = std::fs::read(assets("photos").join("obama_640x480.jpg")).unwrap();
+        let photo = image::load_from_memory(&bytes).unwrap().to_rgb8();
+        // The face box dlib finds there, with the photo's margin around it.
+        let (x, y, w) = (254 - 60, 94 - 60, 180 + 120);
+        let head = image::imageops::crop_imm(&photo, x, y, w, w).to_image();
+        let head = image::imageops::resize(
+            &head,
+            side * w / 180,
+            side * w / 180,
+            image::imageops::FilterType::Triangle,
+        );
+        let mut canvas = image::RgbImage::from_pixel(640, 480, image::Rgb([110, 110, 120]));
+        image::imageops::overlay(&mut canvas, &head, 203, 157);
+        Frame {
+            width: 640,
+            height: 480,
+            rgb: canvas.into_raw(),
+        }
+    }
+
+    #[test]
+    fn smallest_face_finds_what_the_window_misses_with_boxes_in_the_image() {
+        let dir = assets("dlib");
+        let frame = small_face(48);
+        let boxes = Wanted {
+            embeddings: false,
+            ..Wanted::all(4)
+        };
+        let mut plain = DlibEngine::load(&dir, DlibSettings::default()).unwrap();
+        let found = plain.analyze(&[(&frame, boxes)]).remove(0).unwrap();
+        assert!(
+            found.faces.is_empty(),
+            "a 56 px face under the 80 px window"
+        );
+        let small = DlibSettings {
+            smallest_face: 50,
+            ..DlibSettings::default()
+        };
+        let mut engine = DlibEngine::load(&dir, small).unwrap();
+        let faces = engine.analyze(&[(&frame, boxes)]).remove(0).unwrap().faces;
+        assert_eq!(faces.len(), 1);
+        let b = faces[0].bbox;
+        // The face's centre, in the frame's own pixels (the head sits at 203,157).
+        let (cx, cy) = ((b.left + b.right) / 2.0, (b.top + b.bottom) / 2.0);
+        let head = 48.0 * 300.0 / 180.0;
+        assert!((cx - (203.0 + head / 2.0)).abs() < 12.0, "{b:?}");
+        assert!((cy - (157.0 + head / 2.0)).abs() < 12.0, "{b:?}");
+        assert!((b.right - b.left - 48.0).abs() < 12.0, "{b:?}");
+    }
+
+    #[test]
+    fn smallest_face_is_for_hog_without_upsample_within_its_range() {
+        let hog = |px, upsample| DlibSettings {
+            smallest_face: px,
+            upsample,
+            ..DlibSettings::default()
+        };
+        assert_eq!(hog(0, 1).scale().unwrap(), 1.0);
+        assert_eq!(hog(50, 0).scale().unwrap(), 1.6);
+        assert_eq!(hog(160, 0).scale().unwrap(), 0.5);
+        for bad in [
+            hog(50, 1),
+            hog(19, 0),
+            hog(801, 0),
+            DlibSettings {
+                smallest_face: 50,
+                ..cnn(0)
+            },
+        ] {
+            let e = DlibEngine::load(&assets("dlib"), bad).err().unwrap();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad:?}");
+            assert!(e.message().contains("smallest_face"), "{e}");
+        }
     }
 
     fn cnn(cnn_min_side: u32) -> DlibSettings {

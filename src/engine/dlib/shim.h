@@ -30,6 +30,13 @@ enum {
 #define TF_CHIP_SIDE 150
 /* Each upsampling step quadruples the pixels the detector scans. */
 #define TF_MAX_UPSAMPLE 3
+/* The frontal HOG detector's window: the smallest face it finds in an image
+ * as it is, in pixels. */
+#define TF_HOG_WINDOW 80
+/* How far tf_detect resizes an image for HOG: 4 finds faces of 20 px (an
+ * image of 16 times the pixels, as upsample 2); 0.1 looks from 800 px. */
+#define TF_MIN_SCALE 0.1
+#define TF_MAX_SCALE 4.0
 
 typedef struct tf_detector tf_detector;
 typedef struct tf_predictor tf_predictor;
@@ -79,9 +86,11 @@ int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out
 void tf_image_free(tf_image *image);
 
 /* Faces in `image`, after doubling its size `upsample` times (at most
- * TF_MAX_UPSAMPLE; boxes are in the original image): *found gets how many
- * dlib found; the first min(found, capacity) boxes are written to `rects`. */
-int tf_detect(tf_detector *detector, const tf_image *image, unsigned upsample,
+ * TF_MAX_UPSAMPLE), or else resizing it by `scale` (HOG only; 1: as it is;
+ * TF_MIN_SCALE to TF_MAX_SCALE); boxes are in the original image. HOG scans
+ * the image's grey levels. *found gets how many dlib found; the first
+ * min(found, capacity) boxes are written to `rects`. */
+int tf_detect(tf_detector *detector, const tf_image *image, unsigned upsample, double scale,
               tf_rect *rects, size_t capacity, size_t *found, char *err, size_t err_len);
 
 /* Threads OpenBLAS (the CPU networks' matrix products) may use in this

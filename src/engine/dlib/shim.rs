@@ -21,6 +21,11 @@ pub const DESCRIPTOR_LEN: usize = sys::TF_DESCRIPTOR_LEN as usize;
 pub const CHIP_SIDE: usize = sys::TF_CHIP_SIDE as usize;
 /// The most upsampling steps the detector takes (each quadruples the pixels).
 pub const MAX_UPSAMPLE: u32 = sys::TF_MAX_UPSAMPLE;
+/// The HOG detector's window: the smallest face it finds in an image as it is.
+pub const HOG_WINDOW: u32 = sys::TF_HOG_WINDOW;
+/// How far an image may be resized for HOG (`smallest_face` 20 to 800 px).
+pub const MIN_SCALE: f64 = sys::TF_MIN_SCALE;
+pub const MAX_SCALE: f64 = sys::TF_MAX_SCALE;
 
 /// Threads OpenBLAS may use for the CPU networks. Process-wide, and set
 /// once: the first dlib engine loaded decides (changing it while another
@@ -102,13 +107,14 @@ impl Detector {
         .map(Detector)
     }
 
-    /// Boxes of at most `capacity` faces, and how many dlib found.
-    /// Faces in `image` after doubling it `upsample` times (boxes in the
-    /// original image); how many dlib found, the first `capacity` boxes.
+    /// Faces in `image` after doubling it `upsample` times, or else
+    /// resizing it by `scale` (HOG only); boxes in the original image. How
+    /// many dlib found, and the first `capacity` boxes.
     pub fn detect(
         &mut self,
         image: &Image,
         upsample: u32,
+        scale: f64,
         capacity: usize,
     ) -> Result<(Vec<Rect>, usize)> {
         let mut rects = vec![Rect::default(); capacity];
@@ -121,6 +127,7 @@ impl Detector {
                     self.0.as_ptr(),
                     image.0.as_ptr(),
                     upsample,
+                    scale,
                     rects.as_mut_ptr(),
                     capacity,
                     &mut found,
@@ -345,13 +352,13 @@ mod tests {
         // Twice: dlib aborts on its second fatal_error; none may reach it.
         for _ in 0..2 {
             for (w, h) in [(1, 1), (10, 6), (9, 4000), (9, 40), (2, 2), (64, 5)] {
-                let e = cnn.detect(&grey(w, h), 0, 4).unwrap_err();
+                let e = cnn.detect(&grey(w, h), 0, 1.0, 4).unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::InvalidInput, "{w}x{h}: {e}");
                 assert!(e.message().contains(&format!("{w}x{h}")), "{e}");
             }
         }
         for (w, h) in [(10, 7), (4000, 9), (11, 300)] {
-            let (rects, found) = cnn.detect(&grey(w, h), 0, 4).unwrap();
+            let (rects, found) = cnn.detect(&grey(w, h), 0, 1.0, 4).unwrap();
             assert!(rects.is_empty() && found == 0, "{w}x{h}");
         }
     }
@@ -360,7 +367,7 @@ mod tests {
     fn hog_takes_tiny_images() {
         let mut hog = Detector::hog().unwrap();
         for (w, h) in [(1, 1), (10, 6), (9, 4000)] {
-            assert_eq!(hog.detect(&grey(w, h), 0, 4).unwrap().1, 0, "{w}x{h}");
+            assert_eq!(hog.detect(&grey(w, h), 0, 1.0, 4).unwrap().1, 0, "{w}x{h}");
         }
     }
 
