@@ -98,6 +98,8 @@ impl DlibSettings {
 
 pub struct DlibEngine {
     settings: DlibSettings,
+    /// `settings.scale()`, checked once at load.
+    scale: f64,
     blas_threads: usize,
     detector: Detector,
     predictor: Predictor,
@@ -121,13 +123,14 @@ impl DlibEngine {
                 settings.upsample
             )));
         }
-        settings.scale()?;
+        let scale = settings.scale()?;
         let detector = match settings.detector {
             DetectorKind::Hog => Detector::hog()?,
             DetectorKind::Cnn => Detector::cnn(&require_file(dir, MMOD_FILE)?)?,
         };
         Ok(DlibEngine {
             settings,
+            scale,
             blas_threads: shim::set_blas_threads(settings.blas_threads),
             detector,
             predictor: Predictor::load(&require_file(dir, SHAPE5_FILE)?)?,
@@ -149,8 +152,9 @@ impl DlibEngine {
         let mut stages = Stages::default();
         let started = Instant::now();
         let image = Image::new(&frame.rgb, frame.width as usize, frame.height as usize)?;
-        let scale = self.settings.scale()?;
-        let (rects, found) = self.detector.detect(&image, upsample, scale, MAX_FOUND)?;
+        let (rects, found) = self
+            .detector
+            .detect(&image, upsample, self.scale, MAX_FOUND)?;
         if found > MAX_FOUND {
             return Err(Error::invalid(format!(
                 "found {found} faces, more than max_faces_per_image = {}",
@@ -405,7 +409,7 @@ mod tests {
         let found = plain.analyze(&[(&frame, boxes)]).remove(0).unwrap();
         assert!(
             found.faces.is_empty(),
-            "a 56 px face under the 80 px window"
+            "a 48 px face under the 80 px window"
         );
         let small = DlibSettings {
             smallest_face: 50,
