@@ -532,6 +532,7 @@ mod tests {
             Kind::PositiveNumber => ("0", "0.25"),
             Kind::Number => ("lots", "-1.5"),
             Kind::Numbers => ("1,2", "104,117,123"),
+            Kind::Points => ("1,2,3", "47,46,100,46,74,76,50,103,97,103"),
             Kind::Bool => ("maybe", "no"),
             Kind::Path => ("", "a/b"),
             Kind::Size => ("640x", "640x480"),

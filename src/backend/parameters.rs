@@ -27,6 +27,8 @@ pub enum Kind {
     Number,
     /// One number, or three separated by commas.
     Numbers,
+    /// Five points: ten numbers `x,y,...` separated by commas.
+    Points,
     Bool,
     /// Relative to a folder named in the meaning, or absolute.
     Path,
@@ -53,6 +55,7 @@ impl Kind {
             Kind::PositiveNumber => "positive number".into(),
             Kind::Number => "number".into(),
             Kind::Numbers => "number, or three separated by commas".into(),
+            Kind::Points => "ten numbers separated by commas".into(),
             Kind::Bool => format!("{quote}true{quote} or {quote}false{quote}"),
             Kind::Path => "path".into(),
             Kind::Size => "WIDTHxHEIGHT".into(),
@@ -187,6 +190,21 @@ fn means(v: &str) -> Option<[f32; 3]> {
         [a, b, c] => Some([*a, *b, *c]),
         _ => None,
     }
+}
+
+/// "x1,y1,...,x5,y5" -> five points.
+fn points(v: &str) -> Option<[[f32; 2]; 5]> {
+    let values: Vec<f32> = v
+        .split(',')
+        .map(|p| number(p.trim()))
+        .collect::<Option<_>>()?;
+    let mut out = [[0.0; 2]; 5];
+    (values.len() == 10).then(|| {
+        for (point, xy) in out.iter_mut().zip(values.chunks(2)) {
+            *point = [xy[0], xy[1]];
+        }
+        out
+    })
 }
 
 /// "320x240" -> (320, 240).
@@ -717,6 +735,18 @@ pub static PARAMETERS: &[Parameter] = &[
         meaning: "channel order the embedder expects",
         section: Section::Onnx,
         apply: |d, v| rgb(v).map(|b| d.settings.onnx.embedder.norm.rgb = b),
+    },
+    Parameter {
+        name: "embedder_template",
+        kind: Kind::Points,
+        default: Default::Unset("ArcFace's"),
+        meaning: "where the face's five points (eye on the image's left, eye on its right, \
+                  nose tip, mouth corners left and right) go in the embedder's input, in its \
+                  pixels: `x1,y1,...,x5,y5`; unset: ArcFace's 112×112 template scaled to the \
+                  input. dlib's ResNet (scripts/dlib_onnx.py) needs its own; faces enrolled \
+                  with another template are another embedder's to the gallery",
+        section: Section::Onnx,
+        apply: |d, v| points(v).map(|p| d.settings.onnx.embedder.template = Some(p)),
     },
     Parameter {
         name: "embedder_flip",

@@ -26,6 +26,12 @@ pub const MMOD_FILE: &str = "mmod_human_face_detector.dat";
 /// the shim refuses what dlib cannot take, whatever this is set to.
 pub const DEFAULT_CNN_MIN_SIDE: u32 = 32;
 
+/// dlib's ResNet encoder (`RESNET_FILE`) written as dlib's `net_to_xml`
+/// XML, its layers and weights: what scripts/dlib_onnx.py turns into ONNX.
+pub fn encoder_xml(model: &Path, out: &Path) -> Result<()> {
+    Encoder::load(model)?.write_xml(out)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DetectorKind {
     Hog,

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <new>
@@ -301,6 +302,18 @@ int tf_encoder_load(const char *path, tf_encoder **out, char *err, size_t err_le
 }
 
 void tf_encoder_free(tf_encoder *encoder) { delete encoder; }
+
+int tf_encoder_xml(const tf_encoder *encoder, const char *path, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        require(encoder, "encoder");
+        require(path, "path");
+        std::ofstream out(path);
+        dlib::net_to_xml(encoder->net, out);
+        out.close();
+        if (!out) throw std::runtime_error(std::string("cannot write ") + path);
+        return TF_OK;
+    });
+}
 
 int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out, char *err,
                  size_t err_len) {

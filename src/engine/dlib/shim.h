@@ -79,6 +79,8 @@ void tf_predictor_free(tf_predictor *predictor);
 /* dlib_face_recognition_resnet_model_v1.dat. */
 int tf_encoder_load(const char *path, tf_encoder **out, char *err, size_t err_len);
 void tf_encoder_free(tf_encoder *encoder);
+/* The network, its layers and weights, as dlib's net_to_xml writes them. */
+int tf_encoder_xml(const tf_encoder *encoder, const char *path, char *err, size_t err_len);
 
 /* Copies width*height interleaved 8-bit RGB pixels, row-major. */
 int tf_image_new(const uint8_t *rgb, size_t width, size_t height, tf_image **out,

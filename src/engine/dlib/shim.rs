@@ -198,6 +198,17 @@ impl Encoder {
         .map(Encoder)
     }
 
+    /// The network as dlib's `net_to_xml` writes it (layers and weights),
+    /// for converting it to ONNX (scripts/dlib_onnx.py).
+    pub fn write_xml(&self, path: &Path) -> Result<()> {
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid(format!("path {} contains NUL", path.display())))?;
+        // SAFETY: a live encoder, only read; a NUL-terminated path.
+        call("xml", |err, len| unsafe {
+            sys::tf_encoder_xml(self.0.as_ptr(), c_path.as_ptr(), err, len)
+        })
+    }
+
     /// One descriptor per shape, computed in one network call.
     pub fn encode(&mut self, image: &Image, shapes: &[Shape]) -> Result<Vec<Vec<f32>>> {
         let mut out = vec![0f32; shapes.len() * DESCRIPTOR_LEN];

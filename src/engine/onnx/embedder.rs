@@ -1,6 +1,6 @@
 //! The embedder as it comes: its input's size and layout read from the
-//! model, the face aligned to it (the ArcFace template scaled to the
-//! input), its values by the configured mean and scale or standardised per
+//! model, the face aligned to it (the configured template, or ArcFace's
+//! scaled to the input), its values by the configured mean and scale or standardised per
 //! face, the output L2-normalised; with `flip` the face and its mirror
 //! image summed first.
 
@@ -19,6 +19,25 @@ pub(super) struct Embedder {
     conventions: EmbedderConventions,
     /// The embedding's length (its first output's, one face a run).
     pub len: usize,
+    /// Where the five points go in the input, in its pixels.
+    reference: Five,
+}
+
+/// Where the five points go in an input of `(w, h)`: the configured
+/// template, every point inside it, or ArcFace's scaled from 112x112.
+fn reference(template: Option<Five>, (w, h): (usize, usize)) -> Result<Five> {
+    let inside =
+        |&[x, y]: &[f32; 2]| (0.0..=w as f32).contains(&x) && (0.0..=h as f32).contains(&y);
+    match template {
+        Some(t) if t.iter().all(inside) => Ok(t),
+        Some(_) => Err(Error::unavailable(format!(
+            "embedder_template: every point must lie in the embedder's {w}x{h} input"
+        ))),
+        None => {
+            let (sx, sy) = (w as f32 / 112.0, h as f32 / 112.0);
+            Ok(ARCFACE_112.map(|[x, y]| [x * sx, y * sy]))
+        }
+    }
 }
 
 impl Embedder {
@@ -31,20 +50,19 @@ impl Embedder {
                 path.display()
             )));
         }
+        let reference = reference(conventions.template, net.image_size())?;
         Ok(Embedder {
             net,
             conventions,
             len,
+            reference,
         })
     }
 
     /// The aligned chip (the embedder's input size) of a face of `frame`.
     pub fn chip(&self, frame: &Frame, five: &Five) -> Result<Frame> {
         let (w, h) = self.net.image_size();
-        // Reference points are for 112x112; scale them to the embedder's size.
-        let (sx, sy) = (w as f32 / 112.0, h as f32 / 112.0);
-        let reference: Vec<[f32; 2]> = ARCFACE_112.iter().map(|p| [p[0] * sx, p[1] * sy]).collect();
-        warp_affine(frame, &similarity(five, &reference)?, w, h)
+        warp_affine(frame, &similarity(five, &self.reference)?, w, h)
     }
 
     /// Each chip's embedding, L2-normalised.

@@ -243,7 +243,7 @@ impl OnnxEngine {
         let e = self.settings.embedder;
         format!(
             "{} embedder_channels={} embedder_mean={} embedder_scale={} \
-             embedder_normalize={} embedder_flip={}",
+             embedder_normalize={} embedder_flip={}{}",
             self.detector.settings_text(),
             if e.norm.rgb { "RGB" } else { "BGR" },
             embedder::mean_text(&e.norm.mean),
@@ -253,7 +253,9 @@ impl OnnxEngine {
             } else {
                 "scale"
             },
-            e.flip
+            e.flip,
+            e.template_text()
+                .map_or(String::new(), |t| format!(" embedder_template={t}"))
         )
     }
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::hygiene::Hygiene;
 use crate::error::{Error, Result};
+use crate::pipeline::align::Five;
 
 /// How to turn 8-bit pixels into a network input: channel order, then
 /// `(value - mean) * scale`, the mean of each channel in the model's order.
@@ -84,6 +85,9 @@ pub struct EmbedderConventions {
     /// embedding is normalised (insightface's and InsightFace-REST's
     /// flip test).
     pub flip: bool,
+    /// Where the five points go in the embedder's input, in its pixels;
+    /// `None`: ArcFace's 112x112 template scaled to the input.
+    pub template: Option<Five>,
 }
 
 impl EmbedderConventions {
@@ -93,12 +97,26 @@ impl EmbedderConventions {
     pub fn identity_text(&self) -> String {
         let mut parts = Vec::new();
         if self.standardize {
-            parts.push("standardize");
+            parts.push("standardize".to_string());
         }
         if self.flip {
-            parts.push("flip");
+            parts.push("flip".into());
+        }
+        if let Some(t) = self.template_text() {
+            parts.push(format!("template={t}"));
         }
         parts.join(",")
+    }
+
+    /// `embedder_template`'s value, when set.
+    pub fn template_text(&self) -> Option<String> {
+        let numbers: Vec<String> = self
+            .template?
+            .iter()
+            .flatten()
+            .map(|v| v.to_string())
+            .collect();
+        Some(numbers.join(","))
     }
 }
 
@@ -174,6 +192,7 @@ impl OnnxSettings {
                 },
                 standardize: false,
                 flip: false,
+                template: None,
             },
             hygiene: Hygiene::default(),
             flush_denormals: true,

@@ -408,3 +408,50 @@ fn several_frames_landmarks_and_embeddings_as_one_at_a_time() {
         }
     }
 }
+
+/// `embedder_template`: ArcFace's points given explicitly align as the
+/// default does; moved 6 px right, the face moves 6 px right in the chip; a
+/// point outside the embedder's input is refused at load.
+#[test]
+fn the_embedder_template_places_the_face() {
+    use crate::pipeline::align::ARCFACE_112;
+    let models = test_assets("onnx");
+    let load = |template: Option<crate::pipeline::align::Five>| {
+        let mut settings = OnnxSettings {
+            landmark_model: Some(models.join("fr_landmark.onnx")),
+            detector_model: models.join("fr_detect.onnx"),
+            embedder_model: models.join("fr_feature.onnx"),
+            ..OnnxSettings::defaults(&models)
+        };
+        settings.embedder.template = template;
+        OnnxEngine::load(&settings)
+    };
+    let frame = photo("obama.jpg");
+    let chip = |template| {
+        let wanted = Wanted {
+            crops: true,
+            ..Wanted::all(64)
+        };
+        let mut engine = load(template).unwrap();
+        let analysis = engine.analyze(&[(&frame, wanted)]).pop().unwrap().unwrap();
+        analysis.faces[0].crop.clone().unwrap()
+    };
+    let default = chip(None);
+    assert_eq!(chip(Some(ARCFACE_112)).rgb, default.rgb);
+    let moved = chip(Some(ARCFACE_112.map(|[x, y]| [x + 6.0, y])));
+    let row = (default.width * 3) as usize;
+    let differs = (20..90)
+        .flat_map(|y| (20..90).map(move |x| (y, x)))
+        .map(|(y, x)| {
+            let at = |f: &Frame, x: usize| i32::from(f.rgb[y * row + x * 3]);
+            (at(&moved, x + 6) - at(&default, x)).abs()
+        })
+        .max()
+        .unwrap();
+    assert!(differs <= 2, "moved chip differs by {differs} levels");
+    let outside = ARCFACE_112.map(|[x, y]| [x + 80.0, y]);
+    let err = load(Some(outside))
+        .err()
+        .expect("a point outside the input loads");
+    assert!(err.to_string().contains("embedder_template"), "{err}");
+}
