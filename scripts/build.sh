@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The release build every entry point runs (after scripts/setup.sh, with assets/env.sh
 # sourced): the library and examples/ (tools the tests and benches run), its debug
-# information split off, and the library put into each sample model's folder.
+# information split off, the library put into each sample model's folder, and the models made
+# from others (scripts/models.sh: dlib's ResNet as ONNX, the int8 copies).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,3 +14,4 @@ bash scripts/split_debug.sh target/release/libtriton_face.so
 for model in model_repository/*/; do
     [ -f "$model/config.pbtxt" ] && install -m 0755 target/release/libtriton_face.so "$model/libtriton_face.so"
 done
+bash scripts/models.sh

@@ -3,6 +3,7 @@
 
     python scripts/quantize.py MODEL.onnx OUT.onnx --role detector|landmarks|embedder
         [--config model_repository/face_onnx/config.pbtxt] [--photos DIR]
+    python scripts/quantize.py MODEL.onnx --check COPY.onnx --role ...   (the check alone)
 
 MODEL is taken as the engine hands it to onnxruntime (examples/onnx_clean: tiny weights zeroed,
 PRelu as depthwise convolutions), at opset 13, and quantized by onnxruntime's static
@@ -18,7 +19,8 @@ pipeline finds is found (box IoU >= 0.9), its five points within 1 px at 112x112
 face), its embedding's cosine to the float one >= 0.99, and its name (or `unknown`) the same
 at the model's threshold (the gallery: each person's first photo). The copy must also be faster
 than the float model in process (one thread). The script prints every figure; when one fails
-it says which and writes nothing (exit status 1).
+it says which and writes nothing (exit status 1). `--check COPY` runs the check on a copy made
+before (scripts/models.sh's, say) and writes nothing either way.
 
 Photos: a folder per person (DIR/alice/*.jpg) or files named after their person (alice_1.jpg);
 the sample photos (scripts/setup.sh) without --photos. Needs the built backend and its
@@ -338,7 +340,8 @@ def run(args: argparse.Namespace) -> None:
         inputs = calibration([s for s in floats if s.photo not in held], args.role, settings, base)
         if not inputs:
             raise CheckFailed(f"no calibration input for the {args.role}: no face found")
-        int8 = quantize(base, work / "int8.onnx", inputs, args.keep_float)
+        int8 = args.check.resolve() if args.check else quantize(
+            base, work / "int8.onnx", inputs, args.keep_float)
         float_ms, int8_ms = ms(base, inputs[0]), ms(int8, inputs[0])
         print(f"{args.role}: {len(inputs)} calibration inputs from "
               f"{len(photos) - len(held)} photos; {len(held)} photos held apart")
@@ -357,6 +360,9 @@ def run(args: argparse.Namespace) -> None:
             failed.append(f"int8 is not faster ({int8_ms:.2f} against {float_ms:.2f} ms)")
         if failed:
             raise CheckFailed("the check failed, nothing written: " + "; ".join(failed))
+        if args.check:
+            print(f"checked: {args.check}")
+            return
         shutil.copy2(int8, args.out)
     print(f"written: {args.out}")
 
@@ -364,7 +370,9 @@ def run(args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?")
+    parser.add_argument("--check", type=Path, metavar="COPY",
+                        help="check this int8 copy of MODEL instead of making one")
     parser.add_argument("--role", choices=sorted(ROLES), required=True)
     parser.add_argument("--config", type=Path, default=SAMPLE_CONFIG,
                         help="the served model whose pipeline runs around MODEL")
@@ -373,6 +381,8 @@ def main() -> int:
                         help="nodes (of the model as the engine runs it) whose names match stay "
                              "float, e.g. '^Conv_0$|^PRelu_' (the first convolution, the PRelu)")
     args = parser.parse_args()
+    if (args.out is None) == (args.check is None):
+        parser.error("give OUT (make a copy) or --check COPY (check one), not both")
     try:
         run(args)
     except CheckFailed as e:

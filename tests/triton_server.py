@@ -37,7 +37,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from environment import ONNX_MODEL_FILES, SuiteEnv
+from environment import ONNX_MODEL_FILES, MissingAsset, SuiteEnv
 
 MODEL = "face"
 READY_TIMEOUT_S = 60.0
@@ -114,9 +114,10 @@ def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
 
     dlib: model_repository/<model>/config.pbtxt with the suite's weights folder.
     onnx: for `face` and `face_sequence`, the sample face_onnx and face_onnx_sequence configs as
-    shipped (renamed); for another model, its own config with the dlib parameters replaced by
-    face_onnx's parameters (`engine: onnx`, the three models, channels, threshold, ...). The
-    .onnx files are linked into the version folder (see TritonServer)."""
+    shipped (renamed); a model whose own config runs the ONNX engine (face_onnx_resnet,
+    face_onnx_int8), that config; for another model, its own config with the dlib parameters
+    replaced by face_onnx's parameters (`engine: onnx`, the three models, channels, threshold,
+    ...). The .onnx files are linked into the version folder (see TritonServer)."""
     if engine not in ENGINE_NAMES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINE_NAMES)}")
     if engine == "dlib":
@@ -125,15 +126,31 @@ def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
     if model in ONNX_SAMPLES:
         own = env.config_of(ONNX_SAMPLES[model]).read_text()
         return rename_model(set_parameter(own, "runtime", "tract") if tract else own, model)
+    config = env.config_of(model).read_text()
+    if parameters_of(config).get("engine") == "onnx":
+        return set_parameter(config, "runtime", "tract") if tract else config
     sample = env.config_of(ONNX_SAMPLE_MODEL).read_text()
     if tract:
         sample = set_parameter(sample, "runtime", "tract")
-    config = env.config_of(model).read_text()
     for key in DLIB_PARAMETERS:
         config = remove_parameter(config, key)
     for key, value in parameters_of(sample).items():
         config = set_parameter(config, key, value)
     return config
+
+
+def made_onnx_files(env: SuiteEnv, model: str) -> list[Path]:
+    """The files of model_repository/<model>/1/ beside the sample models: what scripts/models.sh
+    makes (dlib's ResNet as ONNX, the int8 copies), or MissingAsset saying how to make them. An
+    int8 copy whose check failed there (`X.int8.onnx.failed`) is left out: that stage runs float."""
+    shipped = env.config_of(model).parent / "1"
+    made = [p for p in sorted(shipped.glob("*.onnx")) if p.name not in ONNX_MODEL_FILES
+            and not Path(os.path.realpath(p) + ".failed").exists()]
+    missing = [p.name for p in made if not p.exists()]
+    if missing:
+        raise MissingAsset(f"{model}: {', '.join(missing)} not made: run `bash scripts/build.sh` "
+                           "(scripts/models.sh makes them; assets/logs/models.log says why not)")
+    return [p.resolve() for p in made]
 
 
 def free_ports(count: int) -> list[int]:
@@ -239,6 +256,8 @@ class TritonServer:
         if self.engine.startswith("onnx"):  # *_model parameters are relative to the version folder
             for name in ONNX_MODEL_FILES:
                 (version_dir / name).symlink_to(self.env.onnx_models / name)
+            for path in made_onnx_files(self.env, self.model if model in self.copies else model):
+                (version_dir / path.name).symlink_to(path)
         for pattern, replacement in config_edits:
             config = edit_config(config, pattern, replacement)
         for key, value in params.items():
