@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""The sample models quantized with onnxruntime's static quantization, measured in process
-against their float form: what int8 buys on this CPU before anything is built on it.
+"""The sample models and dlib's ResNet as ONNX quantized with onnxruntime's static quantization,
+measured in process against their float form: what int8 buys on this CPU, and each model's
+floor (its GOP at this core's float and int8 GEMM rates).
 
 Each model as the engine hands it to onnxruntime (examples/onnx_clean: tiny weights zeroed,
 PRelu as depthwise convolutions), opset 13 (per-channel DequantizeLinear needs it), quantized
 QDQ with per-channel int8 weights and uint8 activations (x86's U8S8 kernels, VNNI where the CPU
-has it), calibrated (MinMax) on inputs made from the sample photos. The embedder also with its
-PRelu in the elementwise form `Relu(x) - s*Relu(-x)`, which int8 runs without 1x1 depthwise
-convolutions (against the float form the engine runs); and an IResNet-like stack of 3x3
-convolutions with random weights, for what int8 does where the time is in dense convolutions. One onnxruntime thread, ORT_ENABLE_ALL,
-median of 5 runs of 100 inferences; agreement on the first calibration input (a crop of a photo).
+has it), calibrated (MinMax) on inputs made from the sample photos. The sample embedder also
+with its PRelu in the elementwise form `Relu(x) - s*Relu(-x)`, which int8 runs without 1x1
+depthwise convolutions (against the float form the engine runs). One onnxruntime thread,
+ORT_ENABLE_ALL, median of 5 runs of 100 inferences; agreement on the first calibration input
+(a crop of a photo). GOP: 2 x the multiply-adds of the convolutions and matrix products; the
+rates: onnxruntime's MatMul (float) and MatMulInteger (uint8 x int8) of 512 x 512 matrices on
+one thread.
 
-    cargo build --release --example onnx_clean
+    bash scripts/build.sh        # the onnx_clean example, dlib_resnet.onnx (scripts/models.sh)
     .venv/bin/python benches/int8/measure.py
 """
 
@@ -106,35 +109,52 @@ def zero_tiny(path: Path, out: Path) -> Path:
     return out
 
 
-def resnet_like(out: Path) -> Path:
-    """A stack of 3x3 convolutions as an IResNet-50-like embedder has them (64 to 512 channels
-    at 56 to 7 pixels, 3+4+8+3 blocks of two), random weights, Relu: what int8 does for a model
-    whose time is in dense convolutions (buffalo_l's w600k_r50 and its kin)."""
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
+def dlib_inputs():
+    """dlib's input_rgb_image: (pixel - its channel mean) / 256, RGB, 150x150."""
+    mean = np.array([122.782, 117.001, 104.298], np.float32)
+    for c in crops("RGB", 150, 4, 3):
+        yield ((np.asarray(c, np.float32) - mean) / 256).transpose(2, 0, 1)[None].copy()
 
-    def conv(x: str, cin: int, cout: int, stride: int, name: str) -> str:
-        w = rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))
-        inits.extend([numpy_helper.from_array(w.astype(np.float32), name + "w"),
-                      numpy_helper.from_array(np.zeros(cout, np.float32), name + "b")])
-        nodes.append(helper.make_node("Conv", [x, name + "w", name + "b"], [name + "y"],
-                                      pads=[1] * 4, strides=[stride] * 2))
-        nodes.append(helper.make_node("Relu", [name + "y"], [name + "r"]))
-        return name + "r"
 
-    x, cin = conv("input", 3, 64, 1, "c0"), 64
-    for stage, (c, blocks) in enumerate(((64, 3), (128, 4), (256, 8), (512, 3))):
-        for b in range(blocks):
-            x, cin = conv(x, cin, c, 2 if b == 0 else 1, f"s{stage}b{b}a"), c
-            x = conv(x, c, c, 1, f"s{stage}b{b}b")
-    graph = helper.make_graph(
-        nodes, "resnet_like",
-        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, 112, 112])],
-        [helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(out))
-    return out
+def gop(path: Path) -> float:
+    """2 x the multiply-adds of the model's Conv, MatMul and Gemm nodes, in billions."""
+    m = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in (*m.graph.value_info, *m.graph.output, *m.graph.input)}
+    dims.update({i.name: list(i.dims) for i in m.graph.initializer})
+    macs = 0
+    for n in m.graph.node:
+        if n.op_type == "Conv":
+            w, out = dims[n.input[1]], dims[n.output[0]]
+            macs += int(np.prod(out)) * int(np.prod(w[1:]))
+        elif n.op_type in ("MatMul", "Gemm"):
+            a, out = dims[n.input[0]], dims[n.output[0]]
+            macs += int(np.prod(out)) * a[-1]
+    return 2 * macs / 1e9
+
+
+def gemm_rates(size: int = 512) -> tuple[float, float]:
+    """GOP/s of onnxruntime's float MatMul and uint8 x int8 MatMulInteger on one thread."""
+    rates = []
+    for kind, a_type, b in (("float", onnx.TensorProto.FLOAT, np.float32),
+                            ("int8", onnx.TensorProto.UINT8, np.int8)):
+        rng = np.random.default_rng(0)
+        w = (rng.standard_normal((size, size)) * (1 if b == np.float32 else 40)).astype(b)
+        op = "MatMul" if kind == "float" else "MatMulInteger"
+        graph = helper.make_graph(
+            [helper.make_node(op, ["a", "w"], ["y"])], "gemm",
+            [helper.make_tensor_value_info("a", a_type, [size, size])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT if kind == "float"
+                                           else onnx.TensorProto.INT32, [size, size])],
+            [numpy_helper.from_array(w, "w")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+            onnx.save(model, f.name)
+            a = (rng.random((size, size)) * (1 if kind == "float" else 255)).astype(
+                np.float32 if kind == "float" else np.uint8)
+            rates.append(2 * size ** 3 / (ms(Path(f.name), a, each=20) / 1e3) / 1e9)
+    return rates[0], rates[1]
 
 
 def agreement(a: list[np.ndarray], b: list[np.ndarray], role: str) -> str:
@@ -144,9 +164,10 @@ def agreement(a: list[np.ndarray], b: list[np.ndarray], role: str) -> str:
     return "max |diff| " + ", ".join(f"{float(np.abs(x - y).max()):.3f}" for x, y in zip(a, b))
 
 
-def measure(role: str, float_model: Path, inputs, work: Path, engine: Path | None = None) -> str:
+def measure(role: str, float_model: Path, inputs, work: Path, rates: tuple[float, float],
+            engine: Path | None = None) -> str:
     """One row: `float_model` quantized, against `engine` (the float form the engine runs;
-    `float_model` itself unless given)."""
+    `float_model` itself unless given), with its floors at `rates` (float, int8 GOP/s)."""
     engine = engine or float_model
     name = onnx.load(str(float_model)).graph.input[0].name
     int8 = quantize(float_model, work / f"{float_model.stem}.int8.onnx", list(inputs()))
@@ -154,7 +175,10 @@ def measure(role: str, float_model: Path, inputs, work: Path, engine: Path | Non
     f, q = ms(engine, x, each=100), ms(int8, x, each=100)
     a, b = (ort.InferenceSession(str(m), providers=["CPUExecutionProvider"]).run(None, {name: x})
             for m in (engine, int8))
-    return f"| {role} | {f:.2f} | {q:.2f} | {f / q:.2f}× | {agreement(a, b, role)} |"
+    g = gop(engine)
+    floor_f, floor_q = g / rates[0] * 1e3, g / rates[1] * 1e3
+    return (f"| {role} | {g:.2f} | {f:.2f} ({f / floor_f:.1f}× floor) | "
+            f"{q:.2f} ({q / floor_q:.1f}× floor) | {f / q:.2f}× | {agreement(a, b, role)} |")
 
 
 def cpu() -> str:
@@ -166,24 +190,25 @@ def cpu() -> str:
 
 
 def main() -> int:
-    rows = [f"onnxruntime {ort.__version__}, {cpu()}, one thread",
-            "", "| model | float ms | int8 ms | float / int8 | int8 against float |",
-            "|---|---|---|---|---|"]
+    rates = gemm_rates()
+    rows = [f"onnxruntime {ort.__version__}, {cpu()}, one thread; GEMM 512^3: float "
+            f"{rates[0]:.1f} GOP/s, int8 {rates[1]:.1f} GOP/s ({rates[1] / rates[0]:.2f}x)",
+            "", "| model | GOP | float ms | int8 ms | float / int8 | int8 against float |",
+            "|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         floats = {}
         for role, stem, inputs in (("detector", "fr_detect", detector_inputs),
                                    ("landmarks", "fr_landmark", landmark_inputs),
-                                   ("embedder", "fr_feature", embedder_inputs)):
+                                   ("embedder", "fr_feature", embedder_inputs),
+                                   ("embedder: dlib's ResNet", "dlib_resnet", dlib_inputs)):
             floats[role] = engine_form(ONNX / f"{stem}.onnx", work / f"{stem}.onnx")
-            rows.append(measure(role, floats[role], inputs, work))
+            rows.append(measure(role, floats[role], inputs, work, rates))
             print(rows[-1], file=sys.stderr, flush=True)
         native = zero_tiny(ONNX / "fr_feature.onnx", work / "native.onnx")
         elementwise = prelu_elementwise(native, work / "fr_feature_elementwise.onnx")
         rows.append(measure("embedder, PRelu elementwise", elementwise, embedder_inputs, work,
-                            engine=floats["embedder"]))
-        rows.append(measure("embedder-like 3×3 stack, random weights", resnet_like(
-            work / "resnet_like.onnx"), embedder_inputs, work))
+                            rates, engine=floats["embedder"]))
     print("\n".join(rows))
     return 0
 
