@@ -85,6 +85,66 @@ def perf(server: Server, name: str, source: str, concurrency: int, window_ms: in
             "p99": int(row["p99 latency"]) / 1000}
 
 
+def serve_and_measure(models: Path, backends: Path, names: list[str], cells: list[tuple[str, int]],
+                      args: argparse.Namespace, work: Path, prefix: Path) -> dict:
+    """One server over `models`, a one-face 640x480 photo for each model, then rounds()."""
+    prefix.parent.mkdir(exist_ok=True)
+    server = Server(models, backends, Path(f"{prefix}-server.log"), 300)
+    try:
+        photo = Path(env("FACE_PHOTOS")) / "obama_640x480.jpg"
+        for name in names:
+            perf_input(server, name, photo, work)
+        return rounds(server, names, cells, args, work, prefix)
+    finally:
+        server.stop()
+
+
+def rounds(server: Server, names: list[str], cells: list[tuple[str, int]],
+           args: argparse.Namespace, work: Path, prefix: Path) -> dict:
+    """Every cell for every model, `args.rounds` serpentine rounds (forward, then backward, so
+    the machine's drift falls on all alike): {(model, input, concurrency): [figures a round]}."""
+    results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
+    for r in range(args.rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for source, concurrency in cells:
+            for name in order:
+                got = perf(server, name, source, concurrency, args.window_ms, work,
+                           Path(f"{prefix}-{name}-{source}-c{concurrency}-r{r}.csv"))
+                results.setdefault((name, source, concurrency), []).append(got)
+                print(f"round {r + 1}: {name} {source} c{concurrency}: {got['fps']:.1f}/s "
+                      f"p50 {got['p50']:.1f} ms p99 {got['p99']:.1f} ms", flush=True)
+    return results
+
+
+def table(results: dict, cells: list[tuple[str, int]], names: list[str], anchors: list[str],
+          model_first: bool = False) -> list[str]:
+    """Markdown rows: each model's mean frames/s, p50 and p99 a cell, and its frames/s as a
+    ratio of each anchor's."""
+    mean = lambda runs, k: sum(r[k] for r in runs) / len(runs)  # noqa: E731
+    rows = []
+    for source, concurrency in cells:
+        for name in names:
+            runs = results[(name, source, concurrency)]
+            fps = mean(runs, "fps")
+            ratios = [fps / mean(results[(a, source, concurrency)], "fps") for a in anchors]
+            cell = [source.upper(), str(concurrency)]
+            head = [name, *cell] if model_first else [*cell, name]
+            rows.append("| " + " | ".join(
+                [*head, f"{fps:.1f}", f"{mean(runs, 'p50'):.1f}", f"{mean(runs, 'p99'):.1f}",
+                 *(f"{r:.2f}" + ("" if model_first else "×") for r in ratios)]) + " |")
+    return rows
+
+
+def report(path: Path, args: argparse.Namespace, work: Path, head: str, rows: list[str]) -> None:
+    """The table written to `path` and printed; the work folder removed."""
+    lines = [f"one-face 640x480 frames, {args.rounds} rounds of {args.window_ms} ms windows", "",
+             head, "|" + "---|" * head.count(" | ") + "---|", *rows]
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    print("\n" + text)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, help="another libtriton_face.so to serve beside")
@@ -105,41 +165,13 @@ def main() -> None:
     if args.before:
         names.append(f"{SHIPPED}_before")
         model(models, names[-1], onnx_dir, None, args.before.resolve())
+    cells = [(s, c) for s in INPUTS for c in (int(x) for x in args.concurrency.split())]
     out = ROOT / "out"
-    out.mkdir(exist_ok=True)
-    server = Server(models, backends.parent, out / "bench-engine-batch-server.log", 300)
-    results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
-    try:
-        photo = Path(env("FACE_PHOTOS")) / "obama_640x480.jpg"
-        for name in names:
-            perf_input(server, name, photo, work)
-        cells = [(s, c) for s in INPUTS for c in (int(x) for x in args.concurrency.split())]
-        for r in range(args.rounds):
-            order = names if r % 2 == 0 else names[::-1]
-            for source, concurrency in cells:
-                for name in order:
-                    got = perf(server, name, source, concurrency, args.window_ms, work,
-                               out / f"bench-engine-batch-{name}-{source}-c{concurrency}-r{r}.csv")
-                    results.setdefault((name, source, concurrency), []).append(got)
-                    print(f"round {r + 1}: {name} {source} c{concurrency}: {got['fps']:.1f}/s "
-                          f"p50 {got['p50']:.1f} ms p99 {got['p99']:.1f} ms", flush=True)
-    finally:
-        server.stop()
-    lines = [f"one-face 640x480 frames, {args.rounds} rounds of {args.window_ms} ms windows",
-             "", "| model | input | concurrency | frames/s | p50 ms | p99 ms | frames/s vs face_onnx |",
-             "|---|---|---|---|---|---|---|"]
-    mean = lambda runs, k: sum(r[k] for r in runs) / len(runs)  # noqa: E731
-    for source, concurrency in cells:
-        base = mean(results[(SHIPPED, source, concurrency)], "fps")
-        for name in names:
-            runs = results[(name, source, concurrency)]
-            lines.append(f"| {name} | {source.upper()} | {concurrency} | {mean(runs, 'fps'):.1f} | "
-                         f"{mean(runs, 'p50'):.1f} | {mean(runs, 'p99'):.1f} | "
-                         f"{mean(runs, 'fps') / base:.2f} |")
-    text = "\n".join(lines) + "\n"
-    (out / "bench-engine-batch.txt").write_text(text)
-    print("\n" + text)
-    shutil.rmtree(work, ignore_errors=True)
+    results = serve_and_measure(models, backends.parent, names, cells, args, work,
+                                out / "bench-engine-batch")
+    report(out / "bench-engine-batch.txt", args, work,
+           "| model | input | concurrency | frames/s | p50 ms | p99 ms | frames/s vs face_onnx |",
+           table(results, cells, names, [SHIPPED], model_first=True))
 
 
 if __name__ == "__main__":

@@ -16,16 +16,12 @@ Needs assets/env.sh sourced and the release library built (scripts/build.sh).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benches" / "gallery_scale"))
-from run import Server, env  # noqa: E402  (the scale bench's server)
-
-import importlib.util  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("engine_batch", ROOT / "benches/engine_batch/run.py")
 engine_batch = importlib.util.module_from_spec(_spec)
@@ -58,44 +54,14 @@ def main() -> None:
     shutil.copy2(ROOT / "target/release/libtriton_face.so", backends / "libtriton_face.so")
     for name in MODELS:
         copy_model(models, name)
-    out = ROOT / "out"
-    out.mkdir(exist_ok=True)
-    server = Server(models, backends.parent, out / "bench-int8-server.log", 300)
-    results: dict[tuple[str, str, int], list[dict[str, float]]] = {}
     cells = [(s, c) for s in INPUTS for c in (int(x) for x in args.concurrency.split())]
-    try:
-        photo = Path(env("FACE_PHOTOS")) / "obama_640x480.jpg"
-        for name in MODELS:
-            engine_batch.perf_input(server, name, photo, work)
-        for r in range(args.rounds):
-            order = MODELS if r % 2 == 0 else MODELS[::-1]
-            for source, concurrency in cells:
-                for name in order:
-                    got = engine_batch.perf(server, name, source, concurrency, args.window_ms, work,
-                                            out / f"bench-int8-{name}-{source}-c{concurrency}-r{r}.csv")
-                    results.setdefault((name, source, concurrency), []).append(got)
-                    print(f"round {r + 1}: {name} {source} c{concurrency}: {got['fps']:.1f}/s "
-                          f"p50 {got['p50']:.1f} ms p99 {got['p99']:.1f} ms", flush=True)
-    finally:
-        server.stop()
-    mean = lambda runs, k: sum(r[k] for r in runs) / len(runs)  # noqa: E731
-    lines = [f"one-face 640x480 frames, {args.rounds} rounds of {args.window_ms} ms windows", "",
-             "| input | concurrency | model | frames/s | p50 ms | p99 ms | vs face_onnx_resnet "
-             "| vs face_onnx |", "|---|---|---|---|---|---|---|---|"]
-    for source, concurrency in cells:
-        twin = mean(results[("face_onnx_resnet", source, concurrency)], "fps")
-        sample = mean(results[("face_onnx", source, concurrency)], "fps")
-        for name in MODELS:
-            runs = results[(name, source, concurrency)]
-            fps = mean(runs, "fps")
-            lines.append(f"| {source.upper()} | {concurrency} | {name} | {fps:.1f} | "
-                         f"{mean(runs, 'p50'):.1f} | {mean(runs, 'p99'):.1f} | "
-                         f"{fps / twin:.2f}× | {fps / sample:.2f}× |")
-    text = "\n".join(lines) + "\n"
-    (out / "bench-int8.txt").write_text(text)
-    print("\n" + text)
-    shutil.rmtree(work, ignore_errors=True)
-
+    out = ROOT / "out"
+    results = engine_batch.serve_and_measure(models, backends.parent, list(MODELS), cells, args,
+                                             work, out / "bench-int8")
+    engine_batch.report(
+        out / "bench-int8.txt", args, work,
+        "| input | concurrency | model | frames/s | p50 ms | p99 ms | vs face_onnx_resnet | vs face_onnx |",
+        engine_batch.table(results, cells, list(MODELS), ["face_onnx_resnet", "face_onnx"]))
 
 if __name__ == "__main__":
     main()
