@@ -104,9 +104,17 @@ def quantize(model: Path, out: Path, inputs: list[np.ndarray], keep_float: str =
             return None if x is None else {name: x}
 
     quantize_static(str(model), str(out), Feed(), quant_format=QuantFormat.QDQ,
-                    per_channel=True, activation_type=QuantType.QUInt8,
+                    per_channel=True, reduce_range=not vnni(), activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=floats)
     return out
+
+
+def vnni() -> bool:
+    """Whether this CPU multiplies uint8 by int8 with VNNI. Without it (AVX2's vpmaddubsw) a
+    product pair can saturate 16 bits, so the weights keep 7 bits (onnxruntime's reduce_range).
+    The copy is made and checked on the machine that serves it (scripts/models.sh)."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
 def ms(model: Path, x: np.ndarray, runs: int = 5, each: int = 50) -> float:
