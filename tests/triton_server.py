@@ -141,11 +141,10 @@ def engine_config(env: SuiteEnv, model: str, engine: str) -> str:
 
 def made_onnx_files(env: SuiteEnv, model: str) -> list[Path]:
     """The files of model_repository/<model>/1/ beside the sample models: what scripts/models.sh
-    makes (dlib's ResNet as ONNX, the int8 copies), or MissingAsset saying how to make them. An
-    int8 copy whose check failed there (`X.int8.onnx.failed`) is left out: that stage runs float."""
+    makes (dlib's ResNet as ONNX, the int8 copies it links), or MissingAsset saying how to make
+    them."""
     shipped = env.config_of(model).parent / "1"
-    made = [p for p in sorted(shipped.glob("*.onnx")) if p.name not in ONNX_MODEL_FILES
-            and not Path(os.path.realpath(p) + ".failed").exists()]
+    made = [p for p in sorted(shipped.glob("*.onnx")) if p.name not in ONNX_MODEL_FILES]
     missing = [p.name for p in made if not p.exists()]
     if missing:
         raise MissingAsset(f"{model}: {', '.join(missing)} not made: run `bash scripts/build.sh` "
