@@ -37,7 +37,7 @@ def idle_timeout(microseconds: int) -> tuple[str, str]:
 NOT_STARTED = "must specify the START flag"
 OBAMA, BIDEN = "obama", "biden"
 TINY = np.zeros((48, 48, 3), np.uint8)  # a frame without faces that costs the engine nothing
-RSS_LIMIT_KIB = 30 * 1024  # how far the server's RSS may move over 2000 short sequences
+RSS_LIMIT_KIB = 30 * 1024  # how far the server's RSS may grow over 2000 short sequences
 
 
 def start_sequence_server(factory, *edits: tuple[str, str], params=None):
@@ -483,6 +483,8 @@ def test_many_sequences_leave_no_state(oldest_server, record_property):
         f"{after / 1024:.1f} MiB after 2000 more ({(after - warm) / 1024:+.1f} MiB); "
         f"2000 sequences in {elapsed:.1f} s"
     )
-    assert abs(after - warm) < RSS_LIMIT_KIB, (
-        f"server RSS changed by {(after - warm) / 1024:+.1f} MiB over 2000 sequences"
+    # Growth is what a leak looks like; the allocator handing pages back (RSS falling by
+    # 30 MiB once, onnx-tract) is not.
+    assert after - warm < RSS_LIMIT_KIB, (
+        f"server RSS grew by {(after - warm) / 1024:+.1f} MiB over 2000 sequences"
     )
