@@ -24,6 +24,9 @@ from environment import REPO_ROOT
 from face_client import encoded_tensors, infer, names, sequence_infer
 from triton_server import TritonServer, made_onnx_files, parameters_of, set_parameter
 
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import quantize  # noqa: E402  (the engine's normalisation, as quantize.py feeds a model)
+
 pytestmark = pytest.mark.engines("onnx")
 
 PHOTOS = ("obama2.jpg", "obama3.jpg", "biden.jpg", "group5.jpg")
@@ -52,8 +55,7 @@ def quantize_script(*args: str) -> subprocess.CompletedProcess:
 def test_dlib_resnet_as_onnx_gives_dlib_s_descriptors(suite_env, tmp_path, photos):
     [model] = [p for p in made_onnx_files(suite_env, RESNET) if p.name == "dlib_resnet.onnx"]
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    mean = np.array([float(v) for v in parameters_of(RESNET_CONFIG.read_text())
-                     ["embedder_mean"].split(",")], np.float32)
+    params = parameters_of(RESNET_CONFIG.read_text())
     server = TritonServer(suite_env, tmp_path, engine="dlib", params={"return_embeddings": "true"})
     try:
         client = server.start().http()
@@ -64,9 +66,9 @@ def test_dlib_resnet_as_onnx_gives_dlib_s_descriptors(suite_env, tmp_path, photo
         server.stop()
     assert len(faces) == 8, faces  # one in each, five in group5.jpg
     for face in faces:
-        chip = np.asarray(Image.open(io.BytesIO(base64.b64decode(face["crop"]))).convert("RGB"),
-                          np.float32)
-        x = ((chip - mean) / 256).transpose(2, 0, 1)[None].copy()
+        chip = np.asarray(Image.open(io.BytesIO(base64.b64decode(face["crop"]))).convert("RGB"))
+        x = quantize.normalized(chip, params["embedder_channels"], params["embedder_mean"],
+                                params["embedder_scale"], nchw=True)
         ours = session.run(None, {"input": x})[0].ravel()
         dlib = np.array(face["embedding"], np.float32)
         cosine = ours @ dlib / np.linalg.norm(ours) / np.linalg.norm(dlib)

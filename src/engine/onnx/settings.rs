@@ -97,7 +97,7 @@ impl EmbedderConventions {
     pub fn identity_text(&self) -> String {
         let mut parts = Vec::new();
         if self.standardize {
-            parts.push("standardize".to_string());
+            parts.push("standardize".into());
         }
         if self.flip {
             parts.push("flip".into());
