@@ -44,6 +44,10 @@ def server(start_module_server):
         config_edits=BATCHED + [set_param("free_batch", "false")],
         copies={
             "face_batched": BATCHED,
+            # As a GPU runs: each model a session per run size, every run padded to one.
+            "face_planned": BATCHED + [
+                (r'(?m)^(parameters \{ key: "engine")',
+                 r'parameters { key: "run_sizes" value: { string_value: "1,4,8" } }\n\1')],
             "face_limited": BATCHED + [
                 set_param("max_faces_per_image", "2"),
                 (r"max_queue_delay_microseconds:\s*\d+", "max_queue_delay_microseconds: 500000"),
@@ -72,6 +76,26 @@ def test_the_load_log_says_which_models_batch(server):
     assert any("; batched, up to 32 items a run: detector (its batch of 1 freed at load), "
                "landmarks (its batch of 1 freed at load), embedder (its batch of 1 freed at "
                "load)" in line for line in lines["face_batched"]), lines
+
+
+def test_the_load_log_says_which_sizes_each_model_planned(server):
+    lines = [line for line in server.log_text().splitlines()
+             if "'face_planned'" in line and "onnx (" in line]
+    assert any("padded to the next planned size, a session each: detector [1, 4, 8], "
+               "landmarks [1, 4, 8], embedder [1, 4, 8]" in line for line in lines), lines
+
+
+def test_planned_sessions_answer_gathered_requests_as_one_at_a_time(http, grpc, photos):
+    """Requests of 1 to 6 images at once, gathered by the dynamic batcher: runs of every
+    size up to 8 frames and more faces, each padded to 1, 4 or 8 on its own session."""
+    asked = [[PHOTOS[(i + k) % len(PHOTOS)] for k in range(1 + i % 6)] for i in range(12)]
+    pending = [submit(http, encoded_tensors([photos.bytes(p) for p in names_]),
+                      model="face_planned") for names_ in asked]
+    for names_, request in zip(asked, pending):
+        together = collect(request)
+        alone = infer(grpc, encoded_tensors([photos.bytes(p) for p in names_]), model="face")
+        for i, (got, want) in enumerate(zip(together, alone, strict=True)):
+            assert_same(got, want, f"image {i} ({names_[i]}) of {names_}")
 
 
 @pytest.mark.parametrize("count", [1, 2, 7])

@@ -2,7 +2,7 @@
 # Proves triton-face on this machine's NVIDIA GPU, from this bundle alone (under 5 minutes).
 #
 #   bash gpu_check.sh [--cpu] [--cuda-libs DIR] [--out DIR] [--perf-ms MS] [--skip-check]
-#                     [--sweep VARIANTS [--sweep-inputs INPUTS] [--sweep-concurrency LIST]
+#                     [--measure] [--sweep VARIANTS [--sweep-inputs INPUTS] [--sweep-concurrency LIST]
 #                     [--sweep-rounds R]] [--streams COUNTS [--streams-instances N]]
 #
 #   --cpu            every model KIND_CPU: the same check without a GPU
@@ -12,9 +12,17 @@
 #   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
 #   --skip-check     only what --sweep and --streams ask (the check takes about 2.5 minutes:
 #                    a second call that stays under a time limit)
-#   --sweep VARIANTS after the check, the ONNX model's throughput per "[cpu:|gpu:]NxT[bB]"
-#                    (N instances of T batch_threads, max_engine_batch B; on the GPU unless
-#                    cpu: or --cpu), e.g. "4x1b1 2x1 cpu:4x4"; out/sweep.md (check/sweep.py)
+#   --measure        instead of the check, the card's figures in two sweeps (about 6
+#                    minutes): out/shapes.md, one instance with runs of up to 8 padded to 8
+#                    alone, to 1/2/4/8 (a session each), and with cuDNN's exhaustive search, at
+#                    concurrency 1 and 8; out/serve.md, the GPU model one item a run and in
+#                    runs of up to 8 and 32 (4 instances of one engine) against the CPU model
+#                    on every core, JPEG and raw pixels, concurrency 8, 64 and 256
+#   --sweep VARIANTS after the check, the ONNX model's throughput per
+#                    "[cpu:|gpu:]NxT[bB][+KEY=VALUE...]" (N instances of T batch_threads,
+#                    max_engine_batch B, other model parameters; on the GPU unless cpu: or
+#                    --cpu), e.g. "4x1b1 2x1 cpu:4x4 1x1b8+run_sizes=8"; out/sweep.md
+#                    (check/sweep.py)
 #   --sweep-inputs   of the sweep: "image", "image-shm" (IMAGE through system shared memory),
 #                    "encoded" (JPEG); default "image-shm encoded"
 #   --sweep-concurrency  of the sweep, default "8 32 64 128"
@@ -34,6 +42,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 CPU=0 CUDA_LIBS= OUT="$HERE/out" PERF_MS=3000 CHECK=1 SWEEP= SWEEP_ARGS=() STREAMS= STREAMS_ARGS=()
+MEASURE=0
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu) CPU=1 && shift ;;
@@ -41,6 +50,7 @@ while [ $# -gt 0 ]; do
         --out) OUT=$2 && shift 2 ;;
         --perf-ms) PERF_MS=$2 && shift 2 ;;
         --skip-check) CHECK=0 && shift ;;
+        --measure) MEASURE=1 CHECK=0 && shift ;;
         --sweep) SWEEP=$2 && shift 2 ;;
         --sweep-inputs) SWEEP_ARGS+=(--inputs "$2") && shift 2 ;;
         --sweep-concurrency) SWEEP_ARGS+=(--concurrency "$2") && shift 2 ;;
@@ -51,7 +61,7 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument: $1 (try --help)" >&2 && exit 2 ;;
     esac
 done
-if [ "$CHECK" = 0 ] && [ -z "$SWEEP$STREAMS" ]; then
+if [ "$CHECK" = 0 ] && [ "$MEASURE" = 0 ] && [ -z "$SWEEP$STREAMS" ]; then
     echo "gpu_check: --skip-check with neither --sweep nor --streams: nothing to do" >&2
     exit 1
 fi
@@ -135,6 +145,18 @@ if [ "$CHECK" = 1 ]; then
     args=(--out "$OUT" --perf-ms "$PERF_MS" --device "$DEVICE")
     [ "$CPU" = 0 ] || args+=(--cpu)
     "$PYTHON" "$HERE/check/check.py" "${args[@]}" || rc=$?
+fi
+if [ "$MEASURE" = 1 ]; then
+    kind=KIND_GPU && [ "$CPU" = 0 ] || kind=KIND_CPU
+    step "measure 1/2: one session per run size, or one size for all (one instance)"
+    "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --name shapes --perf-ms 2000 \
+        --variants "1x1b8+run_sizes=8 1x1b8 1x1b8+cudnn_conv_algo_search=exhaustive" \
+        --inputs image-shm --concurrency "1 8" || rc=1
+    step "measure 2/2: the GPU model against the CPU model on every core"
+    cpu_instances=$(( $(nproc) / 4 > 0 ? $(nproc) / 4 : 1 ))
+    "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --name serve --perf-ms 2000 \
+        --variants "4x1 4x1b8 4x1b32 cpu:${cpu_instances}x4" \
+        --inputs "image-shm encoded" --concurrency "8 64 256" || rc=1
 fi
 if [ -n "$SWEEP" ]; then
     step "sweep: instances x batch_threads x max_engine_batch"

@@ -3,8 +3,9 @@
 max_engine_batch, and on how the frame arrives (run by `gpu_check.sh --sweep`, after the
 check; also on a machine without a GPU, with --kind KIND_CPU).
 
-Each variant is "[cpu:|gpu:]NxT[bB]": N instances of T batch_threads, max_engine_batch B
-(default: the backend's), on the CPU or the GPU (default: --kind). Every variant is a model
+Each variant is "[cpu:|gpu:]NxT[bB][+KEY=VALUE...]": N instances of T batch_threads,
+max_engine_batch B (default: the backend's), on the CPU or the GPU (default: --kind), with
+any other model parameters set (`+run_sizes=8+cudnn_conv_algo_search=exhaustive`). Every variant is a model
 of the same server (max_batch_size and queue delay from the flags), loaded alone in its
 turn; for each input (`image`: a one-face 640x480 frame as IMAGE, `image-shm`: the same
 through system shared memory, so that perf_analyzer's own sending is not the limit,
@@ -14,7 +15,7 @@ busy %, mean, and the most memory used). With --rounds R every variant is measur
 in serpentine order (forward, then backward), so that a machine that drifts does not favour
 one variant; the table gives each round.
 
-Writes OUT/sweep.md; the rest goes to OUT/sweep/."""
+Writes OUT/NAME.md; the rest goes to OUT/NAME/ (NAME: --name, default sweep)."""
 from __future__ import annotations
 
 import argparse
@@ -58,26 +59,32 @@ class Variant:
     instances: int
     threads: int
     batch: int | None  # max_engine_batch; None: the backend's default
+    params: tuple[tuple[str, str], ...] = ()  # other model parameters
 
     @staticmethod
     def parse(text: str, default_kind: str) -> "Variant":
-        found = re.fullmatch(r"(?:(cpu|gpu):)?(\d+)x(\d+)(?:b(\d+))?", text)
+        found = re.fullmatch(r"(?:(cpu|gpu):)?(\d+)x(\d+)(?:b(\d+))?((?:\+\w+=[\w,.]+)*)", text)
         if not found:
-            raise SystemExit(f"variant {text!r}: expected [cpu:|gpu:]NxT[bB], e.g. 4x1b32")
-        kind, n, t, b = found.groups()
+            raise SystemExit(f"variant {text!r}: expected [cpu:|gpu:]NxT[bB][+KEY=VALUE...], "
+                             "e.g. 4x1b32+run_sizes=32")
+        kind, n, t, b, extra = found.groups()
         kind = {"cpu": "KIND_CPU", "gpu": "KIND_GPU", None: default_kind}[kind]
-        return Variant(kind, int(n), int(t), int(b) if b else None)
+        params = tuple(tuple(p.split("=", 1)) for p in extra.split("+") if p)
+        return Variant(kind, int(n), int(t), int(b) if b else None, params)
 
     @property
     def model(self) -> str:
         batch = f"b{self.batch}" if self.batch else ""
-        return f"{'c' if self.kind == 'KIND_CPU' else 'g'}{self.instances}x{self.threads}{batch}"
+        extra = "".join(f"_{k}_{v}" for k, v in self.params).replace(",", "_").replace(".", "_")
+        where = 'c' if self.kind == 'KIND_CPU' else 'g'
+        return f"{where}{self.instances}x{self.threads}{batch}{extra}"
 
     @property
     def label(self) -> str:
         batch = f", batch {self.batch}" if self.batch else ""
         where = "CPU" if self.kind == "KIND_CPU" else "GPU"
-        return f"{where} {self.instances} x {self.threads}{batch}"
+        extra = "".join(f", {k} {v}" for k, v in self.params)
+        return f"{where} {self.instances} x {self.threads}{batch}{extra}"
 
 
 class GpuSampler:
@@ -132,7 +139,7 @@ def perf(server: check.Server, variant: Variant, source: str, concurrency: int, 
     head = f"| {variant.label} | {source} | {concurrency} | {round_} |"
     measured = measure(command, name)
     if measured is None:
-        return f"{head} failed (see sweep/{name.name}.log) | | | | | | |"
+        return f"{head} failed (see {work.name}/{name.name}.log) | | | | | | |"
     per_second, ms, gpu = measured
     return (f"{head} {per_second:.1f} | {ms['p50']:.1f} | {ms['p99']:.1f} | "
             f"{ms['queue']:.1f} | {ms['compute']:.1f} | {gpu} |")
@@ -162,7 +169,7 @@ def write_models(models: Path, variants: list[Variant], args, shm: bool) -> None
     onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
     check.write_first_model(models)
     for v in variants:
-        settings = {"batch_threads": v.threads}
+        settings = {"batch_threads": v.threads, **dict(v.params)}
         if v.batch:
             settings["max_engine_batch"] = v.batch
         config = check.configure(onnx, v.model, v.kind, v.instances,
@@ -193,6 +200,7 @@ def main() -> int:
     parser.add_argument("--queue-delay-us", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--perf-ms", type=int, default=2000)
+    parser.add_argument("--name", default="sweep", help="of the table and the work folder")
     args = parser.parse_args()
     variants = list(dict.fromkeys(Variant.parse(v, args.kind) for v in args.variants.split()))
     sources = args.inputs.split()
@@ -200,7 +208,7 @@ def main() -> int:
     if unknown:
         raise SystemExit(f"--inputs: unknown {unknown}; known: {', '.join(INPUTS)}")
     out = Path(args.out).resolve()
-    work = out / "sweep"  # its server's log, perf_analyzer's files, the models
+    work = out / args.name  # its server's log, perf_analyzer's files, the models
     shutil.rmtree(work, ignore_errors=True)
     write_models(work / "models", variants, args, SHM in sources)
     lines = [COLUMNS, "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -231,7 +239,7 @@ def main() -> int:
         server.stop()
     settings = (f"max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
                 f"{args.perf_ms} ms windows")
-    check.write_table(out / "sweep.md", settings, lines)
+    check.write_table(out / f"{args.name}.md", settings, lines)
     return 1 if failed else 0
 
 

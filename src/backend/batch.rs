@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::backend::access::{Admitted, Admitting, Defaults};
 use crate::backend::answer::{answer, Outcome};
+use crate::backend::decode::decode_all;
 use crate::backend::enroll::enroll_batch;
 use crate::backend::instance::InstanceState;
 use crate::backend::job::{read_job, Analyzed, Job};
@@ -51,6 +52,8 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
             read_job(r, settings, dim).map(|job| Job { by, coarse, ..job })
         })
         .collect();
+    let threads = settings.decode_threads(state.gpu.is_some());
+    decode_all(&mut jobs, settings.max_image_pixels, threads);
     settle_cadence(model, &mut jobs);
     let size = jobs
         .iter()

@@ -251,6 +251,7 @@ impl Settings {
             max_faces_per_image: 0,
             min_face_size: 0,
             batch_threads: 0,
+            decode_threads: None,
             max_gallery_size: 0,
             retention_days: None,
             return_embeddings: false,
@@ -528,6 +529,7 @@ mod tests {
         match kind {
             Kind::Choice(words) => ("magic", words[0]),
             Kind::PositiveInteger => ("0", "12"),
+            Kind::PositiveIntegers => ("1,0", "1,4, 8"),
             Kind::UnsignedInteger => ("-1", "0"),
             Kind::PositiveNumber => ("0", "0.25"),
             Kind::Number => ("lots", "-1.5"),

@@ -69,6 +69,8 @@ pub struct Options {
 
 pub struct Job {
     pub frames: Vec<Frame>,
+    /// ENCODED's files until decode.rs decodes them into `frames`.
+    pub encoded: Vec<Vec<u8>>,
     /// How long each frame took to decode.
     pub decoded_in: Vec<Duration>,
     /// EMBEDDING's rows, matched instead of frames' faces.
@@ -167,6 +169,7 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
     };
     let mut job = Job {
         frames: Vec::new(),
+        encoded: Vec::new(),
         decoded_in: Vec::new(),
         embeddings: None,
         reference: None,
@@ -212,10 +215,15 @@ pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Jo
         None => {
             // START and END may come without a frame.
             let frameless_ok = job.step.as_ref().is_some_and(|s| s.start || s.end);
-            let decoded = read_frames(request, settings, frameless_ok)?;
-            (job.frames, job.decoded_in) = decoded.into_iter().unzip();
-            job.enroll = read_names(request, job.frames.len())?;
-            job.frames.len()
+            match read_frames(request, settings, frameless_ok)? {
+                Images::Decoded(decoded) => {
+                    (job.frames, job.decoded_in) = decoded.into_iter().unzip()
+                }
+                Images::Encoded(files) => job.encoded = files,
+            }
+            let images = job.frames.len() + job.encoded.len();
+            job.enroll = read_names(request, images)?;
+            images
         }
     };
     if let Some(input) = request.input(REFERENCE)? {
@@ -371,18 +379,25 @@ fn read_count(request: &Request, name: &str, max: usize, why: &str) -> Result<Op
     }
 }
 
-fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Result<Vec<Decoded>> {
+/// A request's images: IMAGE's pixels as frames, ENCODED's files as sent
+/// (decoded with the whole Execute's: decode.rs).
+enum Images {
+    Decoded(Vec<Decoded>),
+    Encoded(Vec<Vec<u8>>),
+}
+
+fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Result<Images> {
     match (request.input(IMAGE)?, request.input(ENCODED)?) {
         (Some(_), Some(_)) => Err(Error::invalid(format!(
             "send either {IMAGE} or {ENCODED} in a request, not both"
         ))),
-        (None, None) if frameless_ok => Ok(Vec::new()),
+        (None, None) if frameless_ok => Ok(Images::Decoded(Vec::new())),
         (None, None) => Err(Error::invalid(format!(
             "the request has no image: send {IMAGE} (uint8, height x width x 3) or {ENCODED} \
              (JPEG/PNG/WebP bytes), or {EMBEDDING} to match an embedding"
         ))),
-        (Some(input), None) => read_pixels(&input, settings),
-        (None, Some(input)) => read_encoded(&input, settings),
+        (Some(input), None) => read_pixels(&input, settings).map(Images::Decoded),
+        (None, Some(input)) => read_encoded(&input).map(Images::Encoded),
     }
 }
 

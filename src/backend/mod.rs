@@ -2,7 +2,8 @@
 //! `model` (config, gallery), `instance` (engine), and one Execute:
 //! `execute` (responses first, answers, statistics) → `job` (what a request
 //! asks for: `tensors`, `controls`) → `access` (who may change the gallery)
-//! → `batch` (engine over the whole batch,
+//! → `decode` (the batch's ENCODED images, on several threads) → `batch`
+//! (engine over the whole batch,
 //! `spread` over the batch threads)
 //! → `enroll` (one gallery write) → `manage` (FORGET, LIST) → `answer`
 //! (names, sequence, JSON).
@@ -12,6 +13,7 @@ pub mod answer;
 pub mod batch;
 pub mod config;
 pub mod controls;
+pub mod decode;
 pub mod enroll;
 pub mod execute;
 pub mod instance;

@@ -9,7 +9,7 @@ use crate::backend::access::rate::MAX_RATE;
 use crate::backend::settings::{EngineKind, Settings};
 use crate::engine::dlib::{DetectorKind, MAX_UPSAMPLE};
 use crate::engine::onnx::detect::{Placement, FAMILY_NAMES};
-use crate::engine::onnx::Runtime;
+use crate::engine::onnx::{ConvSearch, Runtime};
 use crate::error::{Error, Result};
 use crate::gallery::store::StoreKind;
 use crate::pipeline::image::PixelFormat;
@@ -22,6 +22,8 @@ pub enum Kind {
     /// One of these words, in any case.
     Choice(&'static [&'static str]),
     PositiveInteger,
+    /// Positive integers separated by commas.
+    PositiveIntegers,
     UnsignedInteger,
     PositiveNumber,
     Number,
@@ -51,6 +53,7 @@ impl Kind {
                 words.join(" or ")
             }
             Kind::PositiveInteger => "positive integer".into(),
+            Kind::PositiveIntegers => "positive integers separated by commas".into(),
             Kind::UnsignedInteger => "unsigned integer".into(),
             Kind::PositiveNumber => "positive number".into(),
             Kind::Number => "number".into(),
@@ -134,6 +137,9 @@ fn positive<T: FromStr + PartialOrd + std::default::Default>(v: &str) -> Option<
 /// `max_engine_batch`'s largest value: the runs' inputs (a 320x240 detector
 /// input is 0.9 MB) and, on a GPU, the warm-up at load stay bounded.
 const MAX_ENGINE_BATCH: usize = 1024;
+
+/// `decode_threads`' largest value (threads started per Execute).
+const MAX_DECODE_THREADS: usize = 64;
 
 /// `distance_decimals`' largest value: an f32 distance holds about 7 digits.
 const MAX_DECIMALS: u32 = 6;
@@ -460,6 +466,21 @@ pub static PARAMETERS: &[Parameter] = &[
                   (more would never get work)",
         section: Section::General,
         apply: |d, v| positive(v).map(|n| d.settings.batch_threads = n),
+    },
+    Parameter {
+        name: "decode_threads",
+        kind: Kind::PositiveInteger,
+        default: Default::Unset(
+            "`batch_threads` on `KIND_CPU` (the cores its engines are about to use); `4` on \
+             `KIND_GPU`",
+        ),
+        meaning: "threads one Execute decodes its `ENCODED` images on, together, before the \
+                  engines run (at most 64)",
+        section: Section::General,
+        apply: |d, v| {
+            let n = positive(v).filter(|n| *n <= MAX_DECODE_THREADS);
+            n.map(|n| d.settings.decode_threads = Some(n))
+        },
     },
     Parameter {
         name: "max_gallery_size",
@@ -847,7 +868,74 @@ pub static PARAMETERS: &[Parameter] = &[
         section: Section::Onnx,
         apply: |d, v| flag(v).map(|b| d.settings.onnx.free_batch = b),
     },
+    Parameter {
+        name: "run_sizes",
+        kind: Kind::PositiveIntegers,
+        default: Default::Unset(
+            "on a GPU the powers of two up to `max_engine_batch`, and `max_engine_batch` \
+             itself; on the CPU none (one session takes every run)",
+        ),
+        meaning: "the run sizes each model gets an onnxruntime session of its own for (sizes \
+                  above a model's most are its most): every run is padded with blank items to \
+                  the next, so each session only ever runs the one input shape it planned at \
+                  load (cuDNN keeps one plan per convolution), its input and outputs bound to \
+                  buffers made once; `8` alone pads every run to 8",
+        section: Section::Onnx,
+        apply: |d, v| sizes(v).map(|s| d.settings.onnx.run_sizes = Some(s)),
+    },
+    Parameter {
+        name: "cudnn_conv_algo_search",
+        kind: Kind::Choice(&["heuristic", "exhaustive", "default"]),
+        default: Default::Value("heuristic"),
+        meaning: "on a GPU, how cuDNN picks each convolution's kernel (onnxruntime's CUDA \
+                  option of that name): `exhaustive` times every kernel at load, for every \
+                  session, `heuristic` asks cuDNN's heuristics, `default` takes its default kernel",
+        section: Section::Onnx,
+        apply: |d, v| conv_search(v).map(|c| d.settings.onnx.cuda.conv_search = c),
+    },
+    Parameter {
+        name: "gpu_mem_limit",
+        kind: Kind::PositiveInteger,
+        default: Default::Unset("no limit (onnxruntime's)"),
+        meaning: "on a GPU, the most bytes each onnxruntime session's device memory arena \
+                  takes (onnxruntime's CUDA option of that name)",
+        section: Section::Onnx,
+        apply: |d, v| positive(v).map(|n| d.settings.onnx.cuda.memory_limit = Some(n)),
+    },
+    Parameter {
+        name: "arena_extend_strategy",
+        kind: Kind::Choice(&["kSameAsRequested", "kNextPowerOfTwo"]),
+        default: Default::Value("kSameAsRequested"),
+        meaning: "on a GPU, how each session's device memory arena grows (onnxruntime's CUDA \
+                  option of that name): by what a run asks (a planned session asks the same at \
+                  every run), or in powers of two",
+        section: Section::Onnx,
+        apply: |d, v| {
+            let same = match v.to_ascii_lowercase().as_str() {
+                "ksameasrequested" => Some(true),
+                "knextpoweroftwo" => Some(false),
+                _ => None,
+            };
+            same.map(|b| d.settings.onnx.cuda.arena_same_as_requested = b)
+        },
+    },
 ];
+
+/// `run_sizes`: positive integers (at most `MAX_ENGINE_BATCH`) separated by commas.
+fn sizes(v: &str) -> Option<Vec<usize>> {
+    (v.split(','))
+        .map(|n| positive(n.trim()).filter(|n| *n <= MAX_ENGINE_BATCH))
+        .collect()
+}
+
+fn conv_search(v: &str) -> Option<ConvSearch> {
+    match v.to_ascii_lowercase().as_str() {
+        "heuristic" => Some(ConvSearch::Heuristic),
+        "exhaustive" => Some(ConvSearch::Exhaustive),
+        "default" => Some(ConvSearch::Default),
+        _ => None,
+    }
+}
 
 /// docs/parameters.md's table of one section: `| key | type | default | meaning |`.
 pub fn markdown_table(section: Section) -> String {

@@ -42,6 +42,9 @@ pub struct Settings {
     pub min_face_size: u32,
     /// Threads (each with its own engine) an Execute spreads its images over.
     pub batch_threads: usize,
+    /// Threads an Execute decodes its ENCODED images on; `None`: by where
+    /// the instance runs (`decode_threads`).
+    pub decode_threads: Option<usize>,
     pub max_gallery_size: usize,
     /// Enrollments older than this many days expire on their own.
     pub retention_days: Option<f64>,
@@ -98,3 +101,20 @@ pub enum Truth {
     Fp32(f32),
     Bool(bool),
 }
+
+impl Settings {
+    /// Threads an Execute decodes its ENCODED images on: the parameter,
+    /// else on a GPU instance 4 (its engine is quick and runs alone:
+    /// `batch_threads` 1), else `batch_threads` (the cores its engines are
+    /// about to use, idle while the frames decode).
+    pub fn decode_threads(&self, on_gpu: bool) -> usize {
+        match (self.decode_threads, on_gpu) {
+            (Some(n), _) => n,
+            (None, true) => GPU_DECODE_THREADS,
+            (None, false) => self.batch_threads.max(1),
+        }
+    }
+}
+
+/// `decode_threads` on a GPU instance unless set.
+const GPU_DECODE_THREADS: usize = 4;

@@ -90,17 +90,20 @@ pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
         .collect()
 }
 
-pub fn read_encoded(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
+/// ENCODED's files, each as sent: decode.rs decodes them (`decode_encoded`).
+pub fn read_encoded(input: &Input) -> Result<Vec<Vec<u8>>> {
     let images = read_strings(input)?;
     if images.is_empty() {
         return Err(Error::invalid(format!(
             "{ENCODED}: no image bytes in the request"
         )));
     }
-    images
-        .iter()
-        .map(|bytes| timed(|| frame_from_encoded(ENCODED, bytes, settings.max_image_pixels)))
-        .collect()
+    Ok(images)
+}
+
+/// One ENCODED file decoded (JPEG, PNG, WebP or BMP), timed.
+pub fn decode_encoded(bytes: &[u8], max_pixels: u64) -> Result<Decoded> {
+    timed(|| frame_from_encoded(ENCODED, bytes, max_pixels))
 }
 
 /// The embeddings of a TYPE_FP32 input (EMBEDDING, REFERENCE): `dim` finite

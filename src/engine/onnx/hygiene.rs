@@ -562,7 +562,7 @@ mod tests {
         use super::super::onnxruntime::{library_path, OrtNet};
         use prost::Message;
         let library = library_path(None).expect("ORT_DYLIB_PATH (run through scripts/test.sh)");
-        let net = OrtNet::load("test", &model.encode_to_vec(), &library, 1, None).unwrap();
+        let net = OrtNet::load("test", &model.encode_to_vec(), &library, 1, None, false).unwrap();
         let input = Blob {
             shape: shape_of(x.len()).to_vec(),
             data: x.to_vec(),

@@ -20,6 +20,7 @@ mod landmarks;
 mod net;
 pub mod onnxruntime;
 mod ops;
+mod planned;
 mod settings;
 #[cfg(test)]
 mod test_models;
@@ -62,7 +63,9 @@ use net::{load_net, model_file, BatchDim, Batching, Net, RuntimeChoice};
 pub use analyze::StageTimes;
 pub use hygiene::Hygiene;
 pub use net::{cleaned_for_onnxruntime, run_model, TractBench};
-pub use settings::{DetectorAsked, EmbedderConventions, Normalize, OnnxSettings, Runtime};
+pub use settings::{
+    ConvSearch, CudaOptions, DetectorAsked, EmbedderConventions, Normalize, OnnxSettings, Runtime,
+};
 pub use tract_ops::{Kernels, OwnKernels};
 
 pub struct OnnxEngine {
@@ -91,9 +94,10 @@ impl OnnxEngine {
             (_, true) => Batching::Freed,
             (_, false) => Batching::AsDeclared,
         };
+        let keep = settings.planned(1).is_some();
         let load = |what: &str, path: &Path, size| {
             let path = model_file(what, path)?;
-            load_net(what, path, size, &runtime, settings.hygiene, batching)
+            load_net(what, path, size, &runtime, settings.hygiene, batching, keep)
         };
         let detector = Detector::load(settings, &|size| {
             load("detector_model", &settings.detector_model, Some(size))
@@ -124,10 +128,9 @@ impl OnnxEngine {
         for net in engine.nets_mut().into_iter().skip(1) {
             net.most = max_batch;
         }
-        if settings.cuda_device.is_some() && max_batch > 1 {
-            for net in engine.nets_mut() {
-                net.pad_runs = net.batch.takes_batches();
-                net.warm_up()?;
+        for net in engine.nets_mut() {
+            if let Some(sizes) = settings.planned(net.most) {
+                net.plan(&sizes)?;
             }
         }
         Ok(engine)
@@ -201,10 +204,17 @@ impl OnnxEngine {
         text
     }
 
-    fn describe_padding(&self) -> &'static str {
-        match self.nets().iter().any(|(_, n)| n.pad_runs) {
-            true => " (padded to powers of two, each size run once at load)",
-            false => "",
+    fn describe_padding(&self) -> String {
+        let planned: Vec<String> = (self.nets().iter())
+            .filter(|(_, n)| n.batch.takes_batches() && !n.planned.is_empty())
+            .map(|(what, n)| format!("{what} {:?}", n.planned))
+            .collect();
+        match planned.is_empty() {
+            true => String::new(),
+            false => format!(
+                " (padded to the next planned size, a session each: {})",
+                planned.join(", ")
+            ),
         }
     }
 

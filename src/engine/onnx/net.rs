@@ -13,7 +13,7 @@ use super::super::fpu::FlushDenormals;
 use super::batch_dim;
 use super::blob::Blob;
 use super::hygiene::{self, Hygiene, PreluForm, Report};
-use super::onnxruntime::{library_path, OrtNet};
+use super::onnxruntime::{library_path, CudaSetup, OrtNet};
 use super::ops::Layout;
 use super::settings::{OnnxSettings, Runtime};
 use super::tract::TractNet;
@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 /// A loaded model in the runtime that runs it.
 pub(super) enum Runner {
     Tract(TractNet),
-    Ort(OrtNet),
+    Ort(Box<OrtNet>),
 }
 
 pub(super) struct Net {
@@ -47,11 +47,11 @@ pub(super) struct Net {
     pub(super) cleaned: Report,
     /// On tract, which ops run on the engine's own kernels (tract_ops).
     pub(super) own_kernels: Option<OwnKernels>,
-    /// Runs padded with blank items to a power of two (`padded`): on a GPU
-    /// each input shape costs cuDNN a search for its convolutions' kernels
-    /// the first time, so the card sees a few shapes, each met at load
-    /// (`warm_up`), instead of one per run size.
-    pub(super) pad_runs: bool,
+    /// The run sizes it has a session of its own for, ascending (empty:
+    /// one session takes any size). Every run is padded with blank items
+    /// to the next (`padded`), so each session runs one shape, planned and
+    /// warmed at load (onnxruntime.rs `plan`).
+    pub(super) planned: Vec<usize>,
 }
 
 /// The model file a parameter names; a missing one fails the load naming the
@@ -106,6 +106,8 @@ struct Source<'a> {
     path: &'a Path,
     proto: &'a tract_onnx::pb::ModelProto,
     external: bool,
+    /// Its bytes kept for planned sessions.
+    keep: bool,
 }
 
 /// Why a runner could not be made: tract's error (`load_net` says the file
@@ -136,7 +138,7 @@ fn runner(
             RuntimeChoice::Ort {
                 library,
                 threads,
-                cuda_device,
+                cuda,
             },
             _,
         ) => {
@@ -150,8 +152,8 @@ fn runner(
                 })?,
                 false => m.proto.encode_to_vec(),
             };
-            let net = OrtNet::load(m.what, &bytes, library, *threads, *cuda_device);
-            Ok((Runner::Ort(net.map_err(Loading::Other)?), None))
+            let net = OrtNet::load(m.what, &bytes, library, *threads, *cuda, m.keep);
+            Ok((Runner::Ort(Box::new(net.map_err(Loading::Other)?)), None))
         }
     }
 }
@@ -159,7 +161,7 @@ fn runner(
 /// Load, clean (hygiene.rs) and make a model ready to run once (tract
 /// types, optimizes and plans it). `size` is the input's (width, height)
 /// where the file leaves them free; `batching` says what becomes of its
-/// batch dimension.
+/// batch dimension; `keep`, whether its bytes are kept for `Net::plan`.
 pub(super) fn load_net(
     what: &str,
     path: &Path,
@@ -167,76 +169,25 @@ pub(super) fn load_net(
     runtime: &RuntimeChoice,
     hygiene: Hygiene,
     batching: Batching,
+    keep: bool,
 ) -> Result<Net> {
-    let fail = |e: TractError| {
+    let onnx = tract_ops::onnx(runtime.kernels());
+    let mut proto = onnx.proto_model_for_path(path).map_err(|e| {
         Error::unavailable(format!(
             "{what} {}: not a loadable ONNX model: {e:#}",
             path.display()
         ))
-    };
-    // A model tract reads but cannot run (an op or a type it does not
-    // handle): onnxruntime may.
-    let beyond_tract = |e: TractError| {
-        Error::unavailable(format!(
-            "{what} {}: tract cannot run this model ({e:#}); `runtime: onnxruntime` runs \
-             models tract cannot",
-            path.display()
-        ))
-    };
-    let kernels = match runtime {
-        RuntimeChoice::Tract(kernels) => *kernels,
-        // For onnxruntime tract only reads the protobuf.
-        RuntimeChoice::Ort { .. } => Kernels::ALL,
-    };
-    let onnx = tract_ops::onnx(kernels);
-    let mut proto = onnx.proto_model_for_path(path).map_err(fail)?;
-    let external = hygiene::has_external_data(&proto);
-    let cleaned = if external {
-        Report {
-            skipped: Some("weights in external data files: model used as is".into()),
-            ..Report::default()
-        }
-    } else {
-        hygiene::clean(&mut proto, hygiene, runtime.prelu_form())
-    };
-    // onnxruntime reads a model with external data from its file: no change
-    // made here reaches it, so its batch stays as declared.
-    let batching = match external {
-        true => Batching::AsDeclared,
-        false => batching,
-    };
-    let batch = batch_of(&mut proto, batching);
-    if let RuntimeChoice::Tract(_) = runtime {
-        hygiene::spell_out_defaults(&mut proto);
-    }
+    })?;
+    let (cleaned, external, batch) = prepare(&mut proto, runtime, hygiene, batching);
     let input = Input::declared(what, path, &proto, size)?;
     let source = Source {
         what,
         path,
         proto: &proto,
         external,
+        keep,
     };
-    let (runner, own_kernels) = match runtime {
-        // onnxruntime reads the file itself: tract need not understand it.
-        RuntimeChoice::Ort { .. } => runner(source, None, runtime),
-        RuntimeChoice::Tract(_) => {
-            let dir = path.parent().and_then(Path::to_str);
-            let mut model = onnx.parse(&proto, dir).map_err(beyond_tract)?.model;
-            if input.free_size {
-                let fact = InferenceFact::dt_shape(f32::datum_type(), &*input.shape);
-                model.set_input_fact(0, fact).map_err(beyond_tract)?;
-            }
-            runner(
-                source,
-                Some(model.into_typed().map_err(beyond_tract)?),
-                runtime,
-            )
-        }
-    }
-    .map_err(|e| match e {
-        Loading::Tract(e) => beyond_tract(e),
-        Loading::Other(e) => e,
-    })?;
+    let (runner, own_kernels) = load_runner(&onnx, source, runtime, &input)?;
     let output_names = (proto.graph.iter())
         .flat_map(|g| g.output.iter().map(|o| o.name.clone()))
         .collect();
@@ -250,7 +201,7 @@ pub(super) fn load_net(
         most: 1,
         cleaned,
         own_kernels,
-        pad_runs: false,
+        planned: Vec::new(),
     };
     if net.batch.takes_batches() {
         if let Err(why) = net.answers_alike_together() {
@@ -258,6 +209,73 @@ pub(super) fn load_net(
         }
     }
     Ok(net)
+}
+
+/// The model cleaned for its runtime and its batch made what `batching`
+/// asks: what the cleaning did, whether its weights lie in external files
+/// (then it is used as it is), and its batch.
+fn prepare(
+    proto: &mut tract_onnx::pb::ModelProto,
+    runtime: &RuntimeChoice,
+    hygiene: Hygiene,
+    batching: Batching,
+) -> (Report, bool, BatchDim) {
+    let external = hygiene::has_external_data(proto);
+    let cleaned = match external {
+        true => Report {
+            skipped: Some("weights in external data files: model used as is".into()),
+            ..Report::default()
+        },
+        false => hygiene::clean(proto, hygiene, runtime.prelu_form()),
+    };
+    // onnxruntime reads a model with external data from its file: no change
+    // made here reaches it, so its batch stays as declared.
+    let batching = match external {
+        true => Batching::AsDeclared,
+        false => batching,
+    };
+    let batch = batch_of(proto, batching);
+    if let RuntimeChoice::Tract(_) = runtime {
+        hygiene::spell_out_defaults(proto);
+    }
+    (cleaned, external, batch)
+}
+
+/// The runtime's runner for the prepared model: onnxruntime reads the
+/// bytes itself (tract need not understand them); tract parses, types and
+/// plans it at the input's size.
+fn load_runner(
+    onnx: &tract_onnx::Onnx,
+    m: Source<'_>,
+    runtime: &RuntimeChoice,
+    input: &Input,
+) -> Result<(Runner, Option<OwnKernels>)> {
+    // A model tract reads but cannot run (an op or a type it does not
+    // handle): onnxruntime may.
+    let (what, path) = (m.what, m.path);
+    let beyond_tract = |e: TractError| {
+        Error::unavailable(format!(
+            "{what} {}: tract cannot run this model ({e:#}); `runtime: onnxruntime` runs \
+             models tract cannot",
+            path.display()
+        ))
+    };
+    let typed = match runtime {
+        RuntimeChoice::Ort { .. } => None,
+        RuntimeChoice::Tract(_) => {
+            let dir = path.parent().and_then(Path::to_str);
+            let mut model = onnx.parse(m.proto, dir).map_err(beyond_tract)?.model;
+            if input.free_size {
+                let fact = InferenceFact::dt_shape(f32::datum_type(), &*input.shape);
+                model.set_input_fact(0, fact).map_err(beyond_tract)?;
+            }
+            Some(model.into_typed().map_err(beyond_tract)?)
+        }
+    };
+    runner(m, typed, runtime).map_err(|e| match e {
+        Loading::Tract(e) => beyond_tract(e),
+        Loading::Other(e) => e,
+    })
 }
 
 /// A model's input as its file declares it, sized.
@@ -368,7 +386,7 @@ pub(super) enum RuntimeChoice {
     Ort {
         library: PathBuf,
         threads: usize,
-        cuda_device: Option<i32>,
+        cuda: Option<CudaSetup>,
     },
 }
 
@@ -378,9 +396,7 @@ impl RuntimeChoice {
     /// runs PRelu itself on our one-pass kernel (tract_ops).
     fn prelu_form(&self) -> PreluForm {
         match self {
-            RuntimeChoice::Ort {
-                cuda_device: None, ..
-            } => PreluForm::Convolutions,
+            RuntimeChoice::Ort { cuda: None, .. } => PreluForm::Convolutions,
             RuntimeChoice::Tract(_) => PreluForm::Native,
             _ => PreluForm::Elementwise,
         }
@@ -392,9 +408,21 @@ impl RuntimeChoice {
             Runtime::OnnxRuntime => RuntimeChoice::Ort {
                 library: library_path(settings.onnxruntime_library.as_deref())?,
                 threads: settings.intra_op_threads,
-                cuda_device: settings.cuda_device,
+                cuda: settings.cuda_device.map(|device| CudaSetup {
+                    device,
+                    options: settings.cuda,
+                }),
             },
         })
+    }
+
+    /// Which of our kernels tract runs (for onnxruntime tract only reads
+    /// the protobuf).
+    fn kernels(&self) -> Kernels {
+        match self {
+            RuntimeChoice::Tract(kernels) => *kernels,
+            RuntimeChoice::Ort { .. } => Kernels::ALL,
+        }
     }
 }
 
@@ -455,11 +483,13 @@ impl Net {
             .collect())
     }
 
-    /// The most items one run takes: `most` when it takes batches, else 1.
+    /// The most items one run takes: the largest planned size, else `most`
+    /// when it takes batches, else 1.
     pub(super) fn per_run(&self) -> usize {
-        match self.batch.takes_batches() {
-            true => self.most.max(1),
-            false => 1,
+        match (self.planned.last(), self.batch.takes_batches()) {
+            (Some(&largest), _) => largest,
+            (None, true) => self.most.max(1),
+            (None, false) => 1,
         }
     }
 
@@ -558,32 +588,47 @@ impl Net {
         done
     }
 
-    /// The items a run of `count` is made of: `count`, or with `pad_runs`
-    /// the next power of two (at most `per_run`).
+    /// The items a run of `count` is made of: `count`, or the smallest
+    /// planned size that holds it.
     pub(super) fn padded(&self, count: usize) -> usize {
-        match self.pad_runs && count > 0 {
-            true => count.next_power_of_two().min(self.per_run()).max(count),
-            false => count,
+        match count {
+            0 => 0,
+            _ => (self.planned.iter().copied())
+                .find(|&n| n >= count)
+                .unwrap_or(count),
         }
     }
 
-    /// With `pad_runs`, one run of blank items at each size a run can
-    /// have, so that no request pays for the first run of a shape.
-    pub(super) fn warm_up(&self) -> Result<()> {
-        if !self.pad_runs {
-            return Ok(());
-        }
-        let mut sizes: Vec<usize> = (0..usize::BITS)
-            .map(|b| 1 << b)
-            .take_while(|&n| n < self.per_run())
-            .collect();
-        sizes.push(self.per_run());
-        for n in sizes {
-            let mut shape = self.shape.clone();
-            shape[0] = n;
-            self.run(&Blob::zeros(&shape))?;
+    /// Sessions of their own for runs of each of `sizes` items (only 1
+    /// where the model takes no batches), in place of the one that takes
+    /// any; on tract, which plans one shape at load, nothing changes.
+    pub(super) fn plan(&mut self, sizes: &[usize]) -> Result<()> {
+        let sizes = match self.batch.takes_batches() {
+            true => sizes.to_vec(),
+            false => vec![1],
+        };
+        if let Runner::Ort(net) = &mut self.runner {
+            let shapes: Vec<Vec<usize>> = (sizes.iter())
+                .map(|&n| [&[n][..], &self.shape[1..]].concat())
+                .collect();
+            net.plan(&shapes)?;
+            self.planned = sizes;
         }
         Ok(())
+    }
+
+    /// Each planned run size and the runs made at it (none: unplanned),
+    /// and the runs refused for want of a session planned for their shape.
+    #[cfg(test)]
+    pub(super) fn planned_runs(&self) -> (Vec<(usize, u64)>, u64) {
+        match &self.runner {
+            Runner::Ort(net) => {
+                let (runs, refused) = net.planned_runs();
+                let sizes = runs.into_iter().map(|(shape, n)| (shape[0], n));
+                (sizes.collect(), refused)
+            }
+            Runner::Tract(_) => (Vec::new(), 0),
+        }
     }
 
     /// One run over `input`'s items (its first dimension), the shares of
@@ -654,6 +699,7 @@ pub fn run_model(
         &RuntimeChoice::Tract(Kernels::ALL),
         Hygiene::default(),
         Batching::AsDeclared,
+        false,
     )?;
     if input.len() != shape.iter().product::<usize>() {
         return Err(Error::invalid(format!(
@@ -710,6 +756,7 @@ impl TractBench {
             &RuntimeChoice::Tract(kernels),
             Hygiene::default(),
             Batching::OneAtATime,
+            false,
         )?;
         match net.runner {
             Runner::Tract(tract) => Ok(TractBench {

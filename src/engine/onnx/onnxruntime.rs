@@ -8,14 +8,19 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use ort::ep::cuda::ConvAlgorithmSearch;
+use ort::ep::ArenaExtendStrategy;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::builder::SessionBuilder;
 use ort::session::Session;
 use ort::value::TensorRef;
 
 use super::blob::Blob;
+use super::planned::Planned;
+use super::settings::{ConvSearch, CudaOptions};
 use crate::error::{Error, Result};
 
 /// The oldest onnxruntime this build accepts (`ort`'s `api-17` feature).
@@ -174,67 +179,181 @@ fn environment(library: &Path) -> Result<&'static ort::environment::Environment>
     })
 }
 
-/// Put the session on CUDA device `device`, or fail the load: a KIND_GPU
+/// A GPU session's CUDA provider: the device and the options set for
+/// serving (settings.rs `CudaOptions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaSetup {
+    pub device: i32,
+    pub options: CudaOptions,
+}
+
+/// Put the session on the CUDA device, or fail the load: a KIND_GPU
 /// instance that silently ran on the CPU would be a lie about its capacity.
-fn on_cuda(builder: SessionBuilder, device: i32, library: &Path) -> Result<SessionBuilder> {
-    let cuda = ort::ep::CUDA::default()
+fn on_cuda(builder: SessionBuilder, cuda: CudaSetup, library: &Path) -> Result<SessionBuilder> {
+    let CudaSetup { device, options } = cuda;
+    let search = match options.conv_search {
+        ConvSearch::Exhaustive => ConvAlgorithmSearch::Exhaustive,
+        ConvSearch::Heuristic => ConvAlgorithmSearch::Heuristic,
+        ConvSearch::Default => ConvAlgorithmSearch::Default,
+    };
+    let arena = match options.arena_same_as_requested {
+        true => ArenaExtendStrategy::SameAsRequested,
+        false => ArenaExtendStrategy::NextPowerOfTwo,
+    };
+    let mut ep = ort::ep::CUDA::default()
         .with_device_id(device)
-        .build()
-        .error_on_failure();
-    builder.with_execution_providers([cuda]).map_err(|e| {
-        Error::unavailable(format!(
-            "KIND_GPU: onnxruntime {} cannot run on CUDA device {device}: {e} (a GPU instance \
-             needs a CUDA build of onnxruntime, such as the onnxruntime-gpu wheel's or the \
-             tritonserver image's backends/onnxruntime/libonnxruntime.so; or use KIND_CPU)",
-            library.display()
-        ))
-    })
+        .with_conv_algorithm_search(search)
+        .with_arena_extend_strategy(arena);
+    if let Some(limit) = options.memory_limit {
+        ep = ep.with_memory_limit(limit);
+    }
+    builder
+        .with_execution_providers([ep.build().error_on_failure()])
+        .map_err(|e| {
+            Error::unavailable(format!(
+                "KIND_GPU: onnxruntime {} cannot run on CUDA device {device}: {e} (a GPU \
+                 instance needs a CUDA build of onnxruntime, such as the onnxruntime-gpu \
+                 wheel's or the tritonserver image's backends/onnxruntime/libonnxruntime.so; \
+                 or use KIND_CPU)",
+                library.display()
+            ))
+        })
 }
 
-/// One model as an onnxruntime session: full graph optimization, sequential,
+/// How a model's sessions are made: full graph optimization, sequential,
 /// `threads` intra-op threads (Triton instances give the parallelism).
-pub struct OrtNet {
-    // `Session::run` needs `&mut`; the engine runs on one thread at a time.
-    session: Mutex<Session>,
+struct Maker {
+    what: String,
+    library: PathBuf,
+    threads: usize,
+    cuda: Option<CudaSetup>,
 }
 
-impl OrtNet {
-    pub fn load(
-        what: &str,
-        model: &[u8],
-        library: &Path,
-        threads: usize,
-        cuda_device: Option<i32>,
-    ) -> Result<Self> {
-        let env = environment(library)?;
-        let fail = |e: String| Error::unavailable(format!("{what}: onnxruntime: {e}"));
+impl Maker {
+    fn session(&self, model: &[u8]) -> Result<Session> {
+        let env = environment(&self.library)?;
+        let fail = |e: String| Error::unavailable(format!("{}: onnxruntime: {e}", self.what));
         let mut builder = Session::builder(env).map_err(|e| fail(e.to_string()))?;
-        if let Some(device) = cuda_device {
-            builder = on_cuda(builder, device, library)?;
+        if let Some(cuda) = self.cuda {
+            builder = on_cuda(builder, cuda, &self.library)?;
         }
-        let session = builder
+        builder
             .with_optimization_level(GraphOptimizationLevel::All)
             .map_err(|e| fail(e.to_string()))?
-            .with_intra_threads(threads)
+            .with_intra_threads(self.threads)
             .map_err(|e| fail(e.to_string()))?
             .with_inter_threads(1)
             .map_err(|e| fail(e.to_string()))?
             .with_parallel_execution(false)
             .map_err(|e| fail(e.to_string()))?
             .commit_from_memory(model)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(e.to_string()))
+    }
+}
+
+/// One model as onnxruntime sessions: one that takes any shape, or after
+/// `plan` one per planned input shape (planned.rs), each run at its own.
+pub struct OrtNet {
+    maker: Maker,
+    /// Kept until `plan` makes the planned sessions from it.
+    model: Option<Vec<u8>>,
+    /// Takes any shape; `None` once planned. `Session::run` needs `&mut`.
+    any: Option<Mutex<Session>>,
+    planned: Vec<Planned>,
+    /// Runs asked at a shape no session was planned for (refused): a bug
+    /// the tests look for, since a refused run of several is retried item
+    /// by item and still answers.
+    refused: AtomicU64,
+}
+
+impl OrtNet {
+    /// `keep`: the model's bytes are kept for `plan`.
+    pub fn load(
+        what: &str,
+        model: &[u8],
+        library: &Path,
+        threads: usize,
+        cuda: Option<CudaSetup>,
+        keep: bool,
+    ) -> Result<Self> {
+        let maker = Maker {
+            what: what.to_string(),
+            library: library.to_path_buf(),
+            threads,
+            cuda,
+        };
+        let session = maker.session(model)?;
         Ok(OrtNet {
-            session: Mutex::new(session),
+            maker,
+            model: keep.then(|| model.to_vec()),
+            any: Some(Mutex::new(session)),
+            planned: Vec::new(),
+            refused: AtomicU64::new(0),
         })
     }
 
-    /// Run on one f32 input; onnxruntime reads the input where it lies and
-    /// each output is copied out once.
+    /// A session of its own for each of `shapes`, each warmed, in place of
+    /// the one that takes any shape: from now on a run at another shape is
+    /// refused.
+    pub(super) fn plan(&mut self, shapes: &[Vec<usize>]) -> Result<()> {
+        let model = (self.model.take())
+            .ok_or_else(|| Error::internal("a model planned twice, or loaded without its bytes"))?;
+        let device = self.maker.cuda.map(|c| c.device);
+        self.planned = (shapes.iter())
+            .map(|shape| {
+                let session = self.maker.session(&model)?;
+                Planned::new(&self.maker.what, session, shape, device)
+            })
+            .collect::<Result<_>>()?;
+        self.any = None;
+        Ok(())
+    }
+
+    /// Each planned shape and the runs made at it (the load's warm-up
+    /// among them); the runs refused.
+    pub(super) fn planned_runs(&self) -> (Vec<(Vec<usize>, u64)>, u64) {
+        let runs = (self.planned.iter())
+            .map(|p| (p.shape.clone(), p.runs()))
+            .collect();
+        (runs, self.refused.load(Ordering::Relaxed))
+    }
+
+    /// For the log as the model unloads: how its runs fell on the planned
+    /// sizes, which is what `run_sizes` is tuned by.
+    fn describe_runs(&self) -> String {
+        let (runs, refused) = self.planned_runs();
+        let sizes: Vec<String> = (runs.iter())
+            .map(|(shape, n)| format!("{}: {n}", shape.first().copied().unwrap_or(0)))
+            .collect();
+        let refused = match refused {
+            0 => String::new(),
+            n => format!(", {n} refused at a shape not planned"),
+        };
+        sizes.join(", ") + &refused
+    }
+
+    /// Run on one f32 input: at its planned session, else on the session
+    /// that takes any shape (onnxruntime reads the input where it lies and
+    /// each output is copied out once).
     pub(super) fn run(&self, input: &Blob) -> Result<Vec<Blob>> {
+        let Some(any) = &self.any else {
+            return match self.planned.iter().find(|p| p.shape == input.shape) {
+                Some(planned) => planned.run(input),
+                None => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    Err(Error::internal(format!(
+                        "{}: no session planned for input shape {:?} (planned: {:?})",
+                        self.maker.what,
+                        input.shape,
+                        self.planned.iter().map(|p| &p.shape).collect::<Vec<_>>()
+                    )))
+                }
+            };
+        };
         let fail = |e: ort::Error| Error::internal(format!("onnxruntime inference failed: {e}"));
         let shape: Vec<i64> = input.shape.iter().map(|&d| d as i64).collect();
         let value = TensorRef::from_array_view((shape, input.data.as_slice())).map_err(fail)?;
-        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let mut session = any.lock().unwrap_or_else(|e| e.into_inner());
         let outputs = session.run(ort::inputs![value]).map_err(fail)?;
         outputs
             .iter()
@@ -246,6 +365,18 @@ impl OrtNet {
                 })
             })
             .collect()
+    }
+}
+
+impl Drop for OrtNet {
+    fn drop(&mut self) {
+        if !self.planned.is_empty() {
+            log::info!(
+                "{}: runs per planned run size (each with one at load): {}",
+                self.maker.what,
+                self.describe_runs()
+            );
+        }
     }
 }
 
@@ -263,9 +394,20 @@ mod tests {
     #[test]
     fn a_gpu_session_without_cuda_fails_clearly() {
         let library = library();
-        let err = OrtNet::load("embedder_model", b"not used", &library, 1, Some(0))
-            .err()
-            .expect("the CPU build of onnxruntime has no CUDA provider");
+        let cuda = CudaSetup {
+            device: 0,
+            options: CudaOptions::default(),
+        };
+        let err = OrtNet::load(
+            "embedder_model",
+            b"not used",
+            &library,
+            1,
+            Some(cuda),
+            false,
+        )
+        .err()
+        .expect("the CPU build of onnxruntime has no CUDA provider");
         let text = err.to_string();
         assert!(
             text.contains("KIND_GPU") && text.contains("CUDA device 0"),

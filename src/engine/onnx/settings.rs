@@ -153,6 +153,47 @@ pub struct OnnxSettings {
     /// KIND_GPU instances: the CUDA device onnxruntime runs the models on
     /// (set by the instance, not a parameter); `None`: the CPU.
     pub cuda_device: Option<i32>,
+    /// The run sizes each model gets a session of its own for (`planned`);
+    /// `None`: by where the models run.
+    pub run_sizes: Option<Vec<usize>>,
+    /// How onnxruntime's CUDA provider is set up on a GPU.
+    pub cuda: CudaOptions,
+}
+
+/// cuDNN's choice of each convolution's kernel, onnxruntime's
+/// `cudnn_conv_algo_search`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvSearch {
+    /// Time every kernel the first time a shape is seen (onnxruntime's default).
+    Exhaustive,
+    /// cuDNN's heuristics: no timing at load.
+    Heuristic,
+    /// cuDNN's default kernel.
+    Default,
+}
+
+/// How onnxruntime's CUDA provider is set up (model parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaOptions {
+    pub conv_search: ConvSearch,
+    /// The device memory arena's limit in bytes; `None`: onnxruntime's (none).
+    pub memory_limit: Option<usize>,
+    /// The arena grows by what a run asks (true) or in powers of two.
+    pub arena_same_as_requested: bool,
+}
+
+impl std::default::Default for CudaOptions {
+    /// Heuristic kernel choice: the exhaustive search times every kernel of
+    /// every convolution at load, for each session (33 s an instance on an
+    /// H200). Arena grown by what is asked: each planned session has its own
+    /// arena, and a fixed shape asks the same sizes at every run.
+    fn default() -> Self {
+        CudaOptions {
+            conv_search: ConvSearch::Heuristic,
+            memory_limit: None,
+            arena_same_as_requested: true,
+        }
+    }
 }
 
 /// What runs the models.
@@ -203,6 +244,8 @@ impl OnnxSettings {
             max_frames: usize::MAX,
             free_batch: false,
             cuda_device: None,
+            run_sizes: None,
+            cuda: CudaOptions::default(),
         }
     }
 }
@@ -271,6 +314,30 @@ impl OnnxSettings {
         }
     }
 
+    /// The run sizes each model of at most `most` items a run is planned
+    /// for, ascending: a session of its own for each, every run padded to
+    /// the next (net.rs). On a GPU always (cuDNN keeps one plan per
+    /// convolution, so a session that meets a new shape plans again):
+    /// `run_sizes` at most `most`, by default the powers of two up to it
+    /// and `most` itself. On the CPU only where `run_sizes` asks: there
+    /// one session takes every shape at no cost. `None`: unplanned.
+    pub fn planned(&self, most: usize) -> Option<Vec<usize>> {
+        let most = most.max(1);
+        let mut sizes: Vec<usize> = match (&self.run_sizes, self.cuda_device) {
+            _ if self.runtime == Runtime::Tract => return None,
+            (Some(asked), _) => asked.iter().map(|&n| n.clamp(1, most)).collect(),
+            (None, Some(_)) => (0..usize::BITS)
+                .map(|b| 1 << b)
+                .take_while(|&n| n < most)
+                .chain([most])
+                .collect(),
+            (None, None) => return None,
+        };
+        sizes.sort_unstable();
+        sizes.dedup();
+        Some(sizes)
+    }
+
     /// Why `runs_of` is 1, for the load log.
     pub fn why_one_at_a_time(&self) -> &'static str {
         match (self.runtime, self.max_engine_batch) {
@@ -306,5 +373,29 @@ mod tests {
             ..asked(&cpu, 8)
         };
         assert_eq!((tract.runs_of(), tract.why_one_at_a_time()), (1, "tract"));
+    }
+
+    #[test]
+    fn a_gpu_plans_powers_of_two_the_cpu_only_what_it_is_asked() {
+        let cpu = OnnxSettings::defaults(Path::new("."));
+        let gpu = OnnxSettings {
+            cuda_device: Some(0),
+            ..cpu.clone()
+        };
+        assert_eq!(cpu.planned(32), None);
+        assert_eq!(gpu.planned(1), Some(vec![1]));
+        assert_eq!(gpu.planned(12), Some(vec![1, 2, 4, 8, 12]));
+        let asked = |s: &OnnxSettings| OnnxSettings {
+            run_sizes: Some(vec![32, 1, 8, 8]),
+            ..s.clone()
+        };
+        assert_eq!(asked(&cpu).planned(32), Some(vec![1, 8, 32]));
+        // Sizes above a model's most become the most.
+        assert_eq!(asked(&gpu).planned(4), Some(vec![1, 4]));
+        let tract = OnnxSettings {
+            runtime: Runtime::Tract,
+            ..asked(&gpu)
+        };
+        assert_eq!(tract.planned(8), None);
     }
 }

@@ -36,7 +36,16 @@ fn engine_of(embedder: &Path, max_engine_batch: usize, free_batch: bool) -> Onnx
 fn net(model: &str, batching: Batching) -> super::net::Net {
     let runtime = RuntimeChoice::of(&OnnxSettings::defaults(Path::new("."))).unwrap();
     let path = test_assets("onnx").join(model);
-    load_net(model, &path, None, &runtime, Hygiene::default(), batching).unwrap()
+    load_net(
+        model,
+        &path,
+        None,
+        &runtime,
+        Hygiene::default(),
+        batching,
+        true,
+    )
+    .unwrap()
 }
 
 /// No face, one, five; four sizes from 480 to 1137 pixels high.
@@ -324,8 +333,9 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
     }
 }
 
-/// On a GPU a run is padded with blank items to a power of two: the blank
-/// items' outputs are dropped, the others' are those of a run without them.
+/// Planned (as on a GPU): each run padded with blank items to the next
+/// planned size, on that size's own session; the blank items' outputs are
+/// dropped, the others' are those of a run without them.
 #[test]
 fn a_padded_run_answers_as_an_unpadded_one() {
     let mut net = net("fr_landmark.onnx", Batching::Freed);
@@ -343,27 +353,73 @@ fn a_padded_run_answers_as_an_unpadded_one() {
     };
     net.most = 8;
     let plain = net.run_items(&crops, fill);
-    net.pad_runs = true;
-    net.warm_up().unwrap();
-    for max in [8, 4] {
-        net.most = max;
-        let padded = net.run_items(&crops, fill);
-        assert_eq!(padded.len(), 5);
+    net.plan(&[1, 2, 4, 8]).unwrap();
+    for (items, want) in [(5, vec![(1, 1), (2, 1), (4, 1), (8, 2)]), (3, vec![(4, 2)])] {
+        let padded = net.run_items(&crops[..items], fill);
+        assert_eq!(padded.len(), items);
         for (a, b) in padded.iter().zip(&plain) {
-            assert_eq!(
-                a.as_ref().unwrap(),
-                b.as_ref().unwrap(),
-                "runs of at most {max}"
-            );
+            assert_eq!(a.as_ref().unwrap(), b.as_ref().unwrap(), "{items} items");
         }
+        // Each size's session ran once at load, then the runs asked of it.
+        let (runs, refused) = net.planned_runs();
+        assert!(want.iter().all(|w| runs.contains(w)), "{runs:?}");
+        assert_eq!(refused, 0);
     }
-    net.most = 8;
     assert_eq!(
         (net.padded(5), net.padded(3), net.padded(1), net.padded(0)),
         (8, 4, 1, 0)
     );
-    net.most = 6;
-    assert_eq!(net.padded(5), 6);
+    assert_eq!(net.per_run(), 8);
+}
+
+/// A planned model refuses a run at a shape it has no session for (and
+/// counts it) rather than run it there.
+#[test]
+fn a_planned_model_runs_no_shape_it_has_not_planned() {
+    let mut net = net("fr_landmark.onnx", Batching::Freed);
+    net.plan(&[1, 4]).unwrap();
+    let mut shape = net.shape.clone();
+    shape[0] = 3;
+    let err = net.run(&super::blob::Blob::zeros(&shape)).err().unwrap();
+    assert!(err.message().contains("no session planned"), "{err}");
+    assert_eq!(net.planned_runs(), (vec![(1, 1), (4, 1)], 1));
+}
+
+/// The sample pipeline planned for runs of 1, 4 and 8 on the CPU provider
+/// (as a GPU plans them): every request mix answers as one frame at a time,
+/// each model's sessions run only their own shape, and every size is used.
+#[test]
+fn planned_sessions_answer_as_one_frame_at_a_time() {
+    let photos: Vec<Frame> = PHOTOS.iter().map(|p| photo(p)).collect();
+    let models = test_assets("onnx");
+    let settings = OnnxSettings {
+        landmark_model: Some(models.join("fr_landmark.onnx")),
+        detector_model: models.join("fr_detect.onnx"),
+        embedder_model: models.join("fr_feature.onnx"),
+        max_engine_batch: Some(8),
+        free_batch: true,
+        run_sizes: Some(vec![1, 4, 8]),
+        ..OnnxSettings::defaults(&models)
+    };
+    let mut planned = OnnxEngine::load(&settings).unwrap();
+    let mut alone = engine(1, false);
+    for n in [1, 2, 3, 6, 11] {
+        let frames: Vec<(&Frame, Wanted)> = (0..n)
+            .map(|i| (&photos[(i * 3) % photos.len()], wanted(i)))
+            .collect();
+        let want = one_at_a_time(&mut alone, &frames);
+        for (i, (got, want)) in planned.analyze(&frames).iter().zip(&want).enumerate() {
+            let (got, want) = (got.as_ref().unwrap(), want.as_ref().unwrap());
+            assert_same(got, want, &format!("{n} frames, frame {i}"));
+        }
+    }
+    for (what, net) in planned.nets() {
+        let (runs, refused) = net.planned_runs();
+        assert_eq!(refused, 0, "{what}: runs at a shape not planned");
+        let sizes: Vec<usize> = runs.iter().map(|r| r.0).collect();
+        assert_eq!(sizes, [1, 4, 8], "{what}");
+        assert!(runs.iter().all(|&(_, n)| n > 1), "{what}: {runs:?}");
+    }
 }
 
 /// The followed frames of several sequences: landmarks at trackers' boxes

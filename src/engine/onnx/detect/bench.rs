@@ -108,6 +108,14 @@ fn case(l: Spec) -> Case {
 }
 
 fn layouts() -> Vec<Spec> {
+    [anchor_grids(), keypoint_maps(), yolo_rows()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// UltraFace, SCRFD and RetinaFace: scores and boxes per anchor of a grid.
+fn anchor_grids() -> Vec<Spec> {
     let nchw = Layout::Nchw;
     vec![
         Spec {
@@ -155,6 +163,13 @@ fn layouts() -> Vec<Spec> {
             anchors: 2,
             plant: |o, k| o[1][2 * k + 1] = 0.95,
         },
+    ]
+}
+
+/// YuNet and BlazeFace: outputs per stride with their points.
+fn keypoint_maps() -> Vec<Spec> {
+    let nchw = Layout::Nchw;
+    vec![
         Spec {
             name: "yunet 640x640",
             family: "yunet",
@@ -193,6 +208,13 @@ fn layouts() -> Vec<Spec> {
             anchors: 2,
             plant: |o, k| o[0][k] = 5.0,
         },
+    ]
+}
+
+/// YOLO-face: YOLOv5-face rows, YOLOv8 pose rows, YOLOv8 raw maps.
+fn yolo_rows() -> Vec<Spec> {
+    let nchw = Layout::Nchw;
+    vec![
         Spec {
             name: "yolo-face 640x640 (YOLOv5-face rows)",
             family: "yolo-face",
