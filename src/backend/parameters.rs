@@ -894,6 +894,25 @@ pub static PARAMETERS: &[Parameter] = &[
         apply: |d, v| conv_search(v).map(|c| d.settings.onnx.cuda.conv_search = c),
     },
     Parameter {
+        name: "gpu_provider",
+        kind: Kind::Choice(&["cuda", "tensorrt"]),
+        default: Default::Value("cuda"),
+        meaning: "on a GPU, what runs the ONNX models: onnxruntime's `cuda` provider, or \
+                  `tensorrt` first (the CUDA provider runs what it does not), its engines \
+                  built for each planned run size at the first load and cached in the model's \
+                  `tensorrt_cache/` folder; a machine without TensorRT 10 fails the load saying so",
+        section: Section::Onnx,
+        apply: |d, v| {
+            let cache = match v.to_ascii_lowercase().as_str() {
+                "cuda" => None,
+                "tensorrt" => Some(d.model_dir.join("tensorrt_cache")),
+                _ => return None,
+            };
+            d.settings.onnx.cuda.tensorrt_cache = cache;
+            Some(())
+        },
+    },
+    Parameter {
         name: "gpu_mem_limit",
         kind: Kind::PositiveInteger,
         default: Default::Unset("no limit (onnxruntime's)"),

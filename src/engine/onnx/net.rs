@@ -152,7 +152,7 @@ fn runner(
                 })?,
                 false => m.proto.encode_to_vec(),
             };
-            let net = OrtNet::load(m.what, &bytes, library, *threads, *cuda, m.keep);
+            let net = OrtNet::load(m.what, &bytes, library, *threads, cuda.clone(), m.keep);
             Ok((Runner::Ort(Box::new(net.map_err(Loading::Other)?)), None))
         }
     }
@@ -410,7 +410,7 @@ impl RuntimeChoice {
                 threads: settings.intra_op_threads,
                 cuda: settings.cuda_device.map(|device| CudaSetup {
                     device,
-                    options: settings.cuda,
+                    options: settings.cuda.clone(),
                 }),
             },
         })

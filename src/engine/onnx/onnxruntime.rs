@@ -181,16 +181,56 @@ fn environment(library: &Path) -> Result<&'static ort::environment::Environment>
 
 /// A GPU session's CUDA provider: the device and the options set for
 /// serving (settings.rs `CudaOptions`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaSetup {
     pub device: i32,
     pub options: CudaOptions,
 }
 
-/// Put the session on the CUDA device, or fail the load: a KIND_GPU
-/// instance that silently ran on the CPU would be a lie about its capacity.
-fn on_cuda(builder: SessionBuilder, cuda: CudaSetup, library: &Path) -> Result<SessionBuilder> {
-    let CudaSetup { device, options } = cuda;
+/// Put the session on the CUDA device (behind TensorRT where asked), or
+/// fail the load: a KIND_GPU instance that silently ran on the CPU would be
+/// a lie about its capacity.
+fn on_cuda(builder: SessionBuilder, cuda: &CudaSetup, library: &Path) -> Result<SessionBuilder> {
+    let device = cuda.device;
+    let mut providers = Vec::new();
+    if let Some(cache) = &cuda.options.tensorrt_cache {
+        std::fs::create_dir_all(cache).map_err(|e| {
+            Error::unavailable(format!(
+                "gpu_provider tensorrt: cannot make its engine cache {}: {e}",
+                cache.display()
+            ))
+        })?;
+        let tensorrt = ort::ep::TensorRT::default()
+            .with_device_id(device)
+            .with_engine_cache(true)
+            .with_engine_cache_path(cache.display())
+            .with_timing_cache(true)
+            .with_timing_cache_path(cache.display());
+        providers.push(tensorrt.build().error_on_failure());
+    }
+    providers.push(cuda_provider(cuda).build().error_on_failure());
+    builder.with_execution_providers(providers).map_err(|e| {
+        let wanted = match cuda.options.tensorrt_cache {
+            Some(_) => {
+                "TensorRT (gpu_provider tensorrt: it needs TensorRT 10's libnvinfer and \
+                        the build's libonnxruntime_providers_tensorrt.so; the offline bundle \
+                        carries neither, docs/gpu.md) and CUDA"
+            }
+            None => "CUDA",
+        };
+        Error::unavailable(format!(
+            "KIND_GPU: onnxruntime {} cannot run on {wanted} device {device}: {e} (a GPU \
+             instance needs a CUDA build of onnxruntime, such as the onnxruntime-gpu \
+             wheel's or the tritonserver image's backends/onnxruntime/libonnxruntime.so; \
+             or use KIND_CPU)",
+            library.display()
+        ))
+    })
+}
+
+/// The CUDA provider with the options set for serving.
+fn cuda_provider(cuda: &CudaSetup) -> ort::ep::CUDA {
+    let options = &cuda.options;
     let search = match options.conv_search {
         ConvSearch::Exhaustive => ConvAlgorithmSearch::Exhaustive,
         ConvSearch::Heuristic => ConvAlgorithmSearch::Heuristic,
@@ -200,24 +240,14 @@ fn on_cuda(builder: SessionBuilder, cuda: CudaSetup, library: &Path) -> Result<S
         true => ArenaExtendStrategy::SameAsRequested,
         false => ArenaExtendStrategy::NextPowerOfTwo,
     };
-    let mut ep = ort::ep::CUDA::default()
-        .with_device_id(device)
+    let ep = ort::ep::CUDA::default()
+        .with_device_id(cuda.device)
         .with_conv_algorithm_search(search)
         .with_arena_extend_strategy(arena);
-    if let Some(limit) = options.memory_limit {
-        ep = ep.with_memory_limit(limit);
+    match options.memory_limit {
+        Some(limit) => ep.with_memory_limit(limit),
+        None => ep,
     }
-    builder
-        .with_execution_providers([ep.build().error_on_failure()])
-        .map_err(|e| {
-            Error::unavailable(format!(
-                "KIND_GPU: onnxruntime {} cannot run on CUDA device {device}: {e} (a GPU \
-                 instance needs a CUDA build of onnxruntime, such as the onnxruntime-gpu \
-                 wheel's or the tritonserver image's backends/onnxruntime/libonnxruntime.so; \
-                 or use KIND_CPU)",
-                library.display()
-            ))
-        })
 }
 
 /// How a model's sessions are made: full graph optimization, sequential,
@@ -234,7 +264,7 @@ impl Maker {
         let env = environment(&self.library)?;
         let fail = |e: String| Error::unavailable(format!("{}: onnxruntime: {e}", self.what));
         let mut builder = Session::builder(env).map_err(|e| fail(e.to_string()))?;
-        if let Some(cuda) = self.cuda {
+        if let Some(cuda) = &self.cuda {
             builder = on_cuda(builder, cuda, &self.library)?;
         }
         builder
@@ -298,7 +328,7 @@ impl OrtNet {
     pub(super) fn plan(&mut self, shapes: &[Vec<usize>]) -> Result<()> {
         let model = (self.model.take())
             .ok_or_else(|| Error::internal("a model planned twice, or loaded without its bytes"))?;
-        let device = self.maker.cuda.map(|c| c.device);
+        let device = self.maker.cuda.as_ref().map(|c| c.device);
         self.planned = (shapes.iter())
             .map(|shape| {
                 let session = self.maker.session(&model)?;
@@ -414,6 +444,35 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(&library.display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn tensorrt_without_its_libraries_fails_clearly() {
+        let library = library();
+        let cache = tempfile::tempdir().unwrap();
+        let cuda = CudaSetup {
+            device: 0,
+            options: CudaOptions {
+                tensorrt_cache: Some(cache.path().join("engines")),
+                ..CudaOptions::default()
+            },
+        };
+        let err = OrtNet::load(
+            "detector_model",
+            b"not used",
+            &library,
+            1,
+            Some(cuda),
+            false,
+        )
+        .err()
+        .expect("the CPU build of onnxruntime has no TensorRT provider");
+        let text = err.to_string();
+        assert!(
+            text.contains("KIND_GPU") && text.contains("TensorRT"),
+            "{text}"
+        );
+        assert!(text.contains("gpu_provider tensorrt"), "{text}");
     }
 
     #[test]

@@ -173,13 +173,16 @@ pub enum ConvSearch {
 }
 
 /// How onnxruntime's CUDA provider is set up (model parameters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
     pub conv_search: ConvSearch,
     /// The device memory arena's limit in bytes; `None`: onnxruntime's (none).
     pub memory_limit: Option<usize>,
     /// The arena grows by what a run asks (true) or in powers of two.
     pub arena_same_as_requested: bool,
+    /// `gpu_provider: tensorrt`: TensorRT first (the CUDA provider runs what
+    /// it does not), its engines cached in this folder.
+    pub tensorrt_cache: Option<PathBuf>,
 }
 
 impl std::default::Default for CudaOptions {
@@ -192,6 +195,7 @@ impl std::default::Default for CudaOptions {
             conv_search: ConvSearch::Heuristic,
             memory_limit: None,
             arena_same_as_requested: true,
+            tensorrt_cache: None,
         }
     }
 }
