@@ -241,7 +241,13 @@ def test_an_open_model_warns_at_load(start_server):
 BAD_FILES = [
     ("no-key", "# only a comment\n\n", 0o600, "no key in the file"),
     ("bare", f"{OPS_KEY}\n", 0o600, "line 1: expected label:roles:key or label:key"),
-    ("short", "ops:k-15-chars-xx\n", 0o600, "the key of 'ops' is shorter than 16 characters"),
+    ("short", "ops:k-21-characters-xyz\n", 0o600,
+     "the key of 'ops' holds fewer than 128 bits (at least 22 base64 characters, or 32 hex digits); "
+     "make one with `openssl rand -base64 24`"),
+    ("near-roles", f"ops:{OPS_KEY}\nui:recognize|search\n", 0o600,
+     "line 2: the key of 'ui' holds fewer than 128 bits"),
+    ("role-words", "ui:recognize,search,manage,recognise,search\n", 0o600,
+     "line 1: the key of 'ui' is made of role words and separators"),
     ("same-key", f"ops:{OPS_KEY}\ncam:recognize:{OPS_KEY}\n", 0o600, "line 2: the same key as on line 1"),
     ("same-label", f"ops:{OPS_KEY}\n\nops:{CAM_KEY}\n", 0o600, "line 3: the label 'ops' as on line 1"),
     ("role", f"cam:recognise:{CAM_KEY}\n", 0o600, "line 1: an unknown role"),

@@ -5,13 +5,19 @@
 //! a key left out (`ui:recognize,search` would otherwise be a two-field line
 //! whose 16-character "key" holds every role). Whatever could be a mistake
 //! fails the load: a line without a label, an unknown role, a missing key, a
-//! key shorter than 16 characters, a key or label twice. Keys are held as
-//! BLAKE3 hashes; no message shows one, nor any text of the line.
+//! key of fewer than 128 bits (22 base64 characters, or 32 hex digits), a
+//! key made of role words and separators, a key or label twice. Keys are
+//! held as BLAKE3 hashes; no message shows one, nor any text of the line.
 
 use std::fmt;
 
-/// The shortest key a file may hold.
-pub const MIN_KEY_LEN: usize = 16;
+/// The fewest characters of a key of 128 bits: base64 or base64url (6 bits
+/// a character; `=` padding not counted), or hex digits alone (4 bits).
+const MIN_BASE64: usize = 22;
+const MIN_HEX: usize = 32;
+
+/// How to make a key, for the messages.
+const MAKE_ONE: &str = "make one with `openssl rand -base64 24`";
 
 /// What a key may do: a set of roles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,16 +159,47 @@ fn parse_line(line: &str) -> Result<Key, String> {
              (expected label:roles:key)"
         ));
     }
-    if key.chars().count() < MIN_KEY_LEN {
-        return Err(format!(
-            "the key of '{label}' is shorter than {MIN_KEY_LEN} characters"
-        ));
-    }
+    strong_enough(key).map_err(|why| format!("the key of '{label}' {why}; {MAKE_ONE}"))?;
     Ok(Key {
         label: label.to_string(),
         roles,
         hash: blake3::hash(key.as_bytes()),
     })
+}
+
+/// A key of 128 bits or more, by its alphabet: hex digits alone carry 4
+/// bits a character, anything else is counted as base64 (6 bits), and what
+/// is left once role words and separators are taken out must reach that
+/// length too (`recognize,search,manage,recognize` is long but guessable).
+fn strong_enough(key: &str) -> Result<(), String> {
+    let need = |text: &str| match text.chars().all(|c| c.is_ascii_hexdigit()) {
+        true => MIN_HEX,
+        false => MIN_BASE64,
+    };
+    let counted = key.trim_end_matches('=');
+    if counted.chars().count() < need(counted) {
+        return Err(format!(
+            "holds fewer than 128 bits (at least {MIN_BASE64} base64 characters, or \
+             {MIN_HEX} hex digits)"
+        ));
+    }
+    let mut rest = key.to_ascii_lowercase();
+    for word in [
+        "recognize",
+        "recognise",
+        "search",
+        "manage",
+        "roles",
+        "role",
+        "all",
+    ] {
+        rest = rest.replace(word, "");
+    }
+    rest.retain(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '-' | '_'));
+    if rest.chars().count() < need(&rest) {
+        return Err("is made of role words and separators".into());
+    }
+    Ok(())
 }
 
 /// A field that reads as a role list whatever its case or spaces (the
@@ -182,13 +219,13 @@ fn is_label(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    const K1: &str = "k1-0123456789abcdef";
-    const K2: &str = "k2-0123456789abcdef";
+    const K1: &str = "k1-0123456789abcdef-ghijk";
+    const K2: &str = "k2-0123456789abcdef-ghijk";
 
     #[test]
     fn roles_two_field_lines_comments_and_blank_lines() {
         let text = format!(
-            "# ops\n\nops:{K1}\n  cam : recognize, search : {K2}\nx:manage:a:b:0123456789abcdef\n"
+            "# ops\n\nops:{K1}\n  cam : recognize, search : {K2}\nx:manage:a:b:0123456789abcdefghijk\n"
         );
         let keys = GalleryKeys::parse(&text).unwrap();
         let ops = keys.find(K1).unwrap();
@@ -198,12 +235,26 @@ mod tests {
         assert!(cam.roles.holds(Roles::SEARCH) && !cam.roles.holds(Roles::MANAGE));
         assert_eq!(cam.roles.to_string(), "recognize,search");
         assert_eq!(
-            keys.find("a:b:0123456789abcdef").unwrap().label,
+            keys.find("a:b:0123456789abcdefghijk").unwrap().label,
             "x",
             "a key may hold ':'"
         );
         assert!(keys.find(&format!("ops:{K1}")).is_none() && keys.find("").is_none());
         assert!(keys.find(&K1[1..]).is_none());
+    }
+
+    #[test]
+    fn keys_of_128_bits_load_whatever_their_alphabet() {
+        for key in [
+            "QWxhZGRpbjpvcGVuIHNlc2FtZQ",       // base64url, 26
+            "q8bz1NwzQ3m+Jx0b/2v4uY8Kp7rT",     // base64 with + and /
+            "7f3a91c2e4b5d6a7c0ffee0123456789", // 32 hex digits
+            "r0Z3kQ9x_aLm-4PqV8sT2w==",         // 22 before the padding
+        ] {
+            let keys = GalleryKeys::parse(&format!("ops:{key}\n"))
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert!(keys.find(key).is_some(), "{key}");
+        }
     }
 
     #[test]
@@ -215,7 +266,14 @@ mod tests {
                 format!("ops:{K1}\nbad label:{K2}\n"),
                 "line 2: expected label:roles:key",
             ),
-            ("ops:short-key-15chr\n".to_string(), "shorter than 16"),
+            (
+                "ops:k-21-characters-xyz\n".to_string(),
+                "line 1: the key of 'ops' holds fewer than 128 bits",
+            ),
+            (
+                "ops:0123456789abcdef0123456789abcde\n".to_string(),
+                "32 hex digits",
+            ),
             (
                 format!("ops:{K1}\nops:{K2}\n"),
                 "line 2: the label 'ops' as on line 1",
@@ -226,7 +284,10 @@ mod tests {
             ),
             (format!("ops:recognise:{K1}\n"), "line 1: an unknown role"),
             (format!("ops::{K1}\n"), "an unknown role"),
-            ("ops:k1-0123:456789abcdef\n".to_string(), "an unknown role"),
+            (
+                "ops:k1-0123:456789abcdef-ghijk\n".to_string(),
+                "an unknown role",
+            ),
             (
                 format!("ops:{K1}\nui:recognize,search\n"),
                 "line 2: the key of 'ui' is missing",
@@ -236,10 +297,23 @@ mod tests {
                 "line 1: the key of 'ui' is missing",
             ),
             (format!("ui:{K1}:recognize\n"), "line 1: an unknown role"),
+            // Near role lists read as two fields: a guessable "key" with every role.
+            ("ui:recognise,search\n".to_string(), "fewer than 128 bits"),
+            ("ui:recognize search\n".to_string(), "fewer than 128 bits"),
+            ("ui:recognize,search,\n".to_string(), "fewer than 128 bits"),
+            ("ui:recognize;search\n".to_string(), "fewer than 128 bits"),
+            ("ui:recognize|search\n".to_string(), "fewer than 128 bits"),
+            (
+                "ui:recognize|search|manage|recognise\n".to_string(),
+                "line 1: the key of 'ui' is made of role words and separators",
+            ),
         ];
         for (text, needle) in cases {
             let e = GalleryKeys::parse(&text).err().unwrap();
             assert!(e.contains(needle), "{text:?}: {e}");
+            if e.contains("the key of") && !e.contains("missing") {
+                assert!(e.contains("openssl rand -base64 24"), "{e}");
+            }
             assert!(
                 !e.contains(K1) && !e.contains(K2) && !e.contains("k1-0123"),
                 "{e}"
