@@ -7,6 +7,7 @@ Every server test runs against both engines: with onnx, face_sequence's config i
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -18,8 +19,8 @@ import pytest
 
 from face_client import (
     INVALID_ARGUMENT, SEQUENCE_MODEL, UNAVAILABLE, assert_geometry, build_request,
-    encoded_tensors, expect_error, model_statistics, parse_results, pixel_tensors,
-    sequence_infer, sequence_request, validate,
+    encoded_tensors, expect_error, forget_tensors, infer, model_statistics, parse_results,
+    pixel_tensors, sequence_infer, sequence_request, validate,
 )
 
 # config.pbtxt edits (see TritonServer config_edits).
@@ -356,6 +357,31 @@ def test_string_correlation_ids(start_server, photos):
         lambda: sequence_infer(client, "cam-1", pixel_tensors(TINY)), INVALID_ARGUMENT, NOT_STARTED
     )
     assert live_sequences(server) == 0
+
+
+def test_a_forget_reaches_running_sequences(start_server, photos):
+    """A person forgotten while a camera's sequence names them: its next frame and its END
+    summary name nobody forgotten, in no track, vote, distance or kept frame (the person is
+    enrolled, so that FORGET can take them: a gallery image would bring them back)."""
+    server = start_server(model=SEQUENCE_MODEL, params={"detect_every": "1"},
+                          gallery={"biden.jpg": photos.path("biden.jpg")})
+    client = server.http()
+    frame = encoded_tensors([photos.bytes("obama2.jpg")])
+    enrolled = sequence_infer(client, 900, encoded_tensors([photos.bytes("obama.jpg")],
+                                                           enroll="carol"), start=True, end=True)
+    assert enrolled["enrolled"]["name"] == "carol", enrolled
+    named = [sequence_infer(client, 1, frame, start=True), sequence_infer(client, 1, frame)]
+    assert [d["faces"][0]["name"] for d in named] == ["carol", "carol"], named
+    docs = infer(client, forget_tensors("carol"), SEQUENCE_MODEL,
+                 **sequence_request(901, start=True, end=True))
+    assert docs[0]["forgotten"]["name"] == "carol", docs
+    after = sequence_infer(client, 1, frame)
+    assert after["faces"][0]["name"] == "unknown", after
+    summary = sequence_infer(client, 1, end=True)["summary"]
+    assert "carol" not in json.dumps(summary), summary
+    assert all(p["best_distance"] is None for p in summary["people"] if p["name"] == "unknown")
+    assert summary["frames"] == 3 and len(summary["result"]["image_infos"]) == 3, summary
+    assert "dropped from 1 live sequences" in server.log_text()
 
 
 def test_errors_leave_other_sequences_running(start_server, photos):

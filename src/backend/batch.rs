@@ -54,6 +54,9 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
         .collect();
     let threads = settings.decode_threads(state.gpu.is_some());
     decode_all(&mut jobs, settings.max_image_pixels, threads);
+    if let Some(sequences) = &model.sequences {
+        scrub_forgotten(model, &mut sequences.lock().unwrap_or_else(|e| e.into_inner()));
+    }
     settle_cadence(model, &mut jobs);
     let size = jobs
         .iter()
@@ -73,6 +76,7 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
         .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(seqs) = sequences.as_deref_mut() {
         evict_idle(model, seqs);
+        scrub_forgotten(model, seqs);
     }
     let outcomes = batch
         .into_iter()
@@ -169,6 +173,20 @@ fn analyze(
             Ok(Analyzed { job, found })
         })
         .collect()
+}
+
+/// People gone from the gallery since the last look (a FORGET here or on
+/// another server of the store, an expiry) leave every live sequence before
+/// any frame is answered: no track, kept frame or summary names them again.
+fn scrub_forgotten(model: &ModelState, sequences: &mut Sequences) {
+    let gallery = &model.gallery;
+    let scrubbed = sequences.scrub(gallery.removals(), &|name| gallery.knows(name));
+    if scrubbed > 0 {
+        log::info(&format!(
+            "model '{}': people gone from the gallery dropped from {scrubbed} live sequences",
+            model.name
+        ));
+    }
 }
 
 fn evict_idle(model: &ModelState, sequences: &mut Sequences) {

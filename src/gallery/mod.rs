@@ -665,6 +665,18 @@ impl Gallery {
             .collect()
     }
 
+    /// A number that grows whenever an entry leaves the gallery (a FORGET
+    /// here or on another server of the store, an expiry): whoever keeps
+    /// names from it (a sequence's tracks) checks them again when it moved.
+    pub fn removals(&self) -> u64 {
+        self.live.removals()
+    }
+
+    /// Whether `name` has an entry: enrolled, or from a gallery image.
+    pub fn knows(&self, name: &str) -> bool {
+        !self.read().keys_of(name).is_empty()
+    }
+
     /// Everyone known, one row per (name, source), sorted; and the size.
     pub fn people(&self) -> (Vec<Known>, usize) {
         let e = self.read();

@@ -79,6 +79,14 @@ pub(super) struct Follow {
     distance: Option<f32>,
 }
 
+impl Follow {
+    /// Its last embedding forgotten: the face is embedded again at its next
+    /// frame.
+    pub(super) fn forget_embedding(&mut self) {
+        (self.embedded, self.distance) = (None, None);
+    }
+}
+
 /// A box whose area changed by more than this factor since its last
 /// embedding is embedded again (the face turned, came closer or went away).
 const AREA_CHANGE: f32 = 1.44;

@@ -413,6 +413,42 @@ impl SequenceState {
     pub fn live_tracks(&self) -> usize {
         self.tracks.len()
     }
+
+    /// Everything it holds of people `knows` no longer knows (forgotten,
+    /// expired): their votes; the best distance, embedding mean and last
+    /// embedding of each track that voted for them (the face is embedded
+    /// again at its next frame, and answered as the gallery now says);
+    /// their names in kept frames and retired tracks' recaps (unknown, no
+    /// distance). Returns whether anything went.
+    pub fn scrub(&mut self, knows: &dyn Fn(&str) -> bool) -> bool {
+        let gone = |name: &Name| name.as_deref().is_some_and(|n| !knows(n));
+        let mut any = false;
+        for track in &mut self.tracks {
+            let before = track.votes.len();
+            track.votes.retain(|name, _| !gone(name));
+            if track.votes.len() < before {
+                track.best_distance = None;
+                (track.centroid, track.embedded) = (Vec::new(), 0);
+                if let Some(follow) = &mut track.follow {
+                    follow.forget_embedding();
+                }
+                any = true;
+            }
+        }
+        for recap in &mut self.retired {
+            if gone(&recap.name) {
+                (recap.name, recap.best_distance) = (None, None);
+                any = true;
+            }
+        }
+        for (name, _) in self.kept.iter_mut().flat_map(|k| k.faces.iter_mut()) {
+            if gone(name) {
+                *name = None;
+                any = true;
+            }
+        }
+        any
+    }
 }
 
 /// Intersection over union of two boxes (0 when either is empty).
@@ -451,6 +487,8 @@ pub struct Sequences {
     /// against `max_sequences`.
     away: usize,
     limits: Limits,
+    /// The gallery's removal count the live states were last scrubbed at.
+    scrubbed_at: u64,
 }
 
 impl Sequences {
@@ -459,7 +497,20 @@ impl Sequences {
             live: HashMap::new(),
             away: 0,
             limits,
+            scrubbed_at: 0,
         }
+    }
+
+    /// Every live state scrubbed of people `knows` no longer knows, when
+    /// `removals` (a count that grows whenever the gallery loses an entry)
+    /// moved since the last time; how many states held any.
+    pub fn scrub(&mut self, removals: u64, knows: &dyn Fn(&str) -> bool) -> usize {
+        if removals == self.scrubbed_at {
+            return 0;
+        }
+        self.scrubbed_at = removals;
+        let scrubbed = self.live.values_mut().map(|s| s.scrub(knows));
+        scrubbed.filter(|&any| any).count()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -696,6 +747,36 @@ mod tests {
             .iter()
             .all(|t| t.frames.len() <= limits.max_frames));
         assert_eq!(recap.tracks[0].frames[..3], [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_forgotten_person_leaves_votes_means_kept_frames_and_recaps() {
+        let mut seqs = Sequences::new(LIMITS);
+        let id = CorrelationId::Int(7);
+        let s = seqs.start(&id, Instant::now()).unwrap();
+        let (a, b) = ([0.0, 0.0], [5.0, 0.0]);
+        s.observe(
+            &[face(&a, Some("obama")), face(&b, Some("biden"))],
+            Metric::Euclidean,
+            0.6,
+            &LIMITS,
+        );
+        s.observe(&[face(&a, Some("obama"))], Metric::Euclidean, 0.6, &LIMITS);
+        let knows = |n: &str| n != "obama";
+        assert_eq!(seqs.scrub(0, &knows), 0, "nothing removed since");
+        assert_eq!(seqs.scrub(3, &knows), 1);
+        assert_eq!(seqs.scrub(3, &|_| false), 0, "scrubbed at 3 already");
+        let s = seqs.get(&id, Instant::now()).unwrap();
+        let sum = s.recap(&LIMITS);
+        assert_eq!((sum.tracks[0].name.clone(), sum.tracks[0].best_distance), (None, None));
+        assert_eq!(sum.tracks[1].name.as_deref(), Some("biden"));
+        let names: Vec<Name> = sum.kept.iter().flatten().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, [None, Some("biden".into()), None]);
+        assert!(s.tracks[0].centroid.is_empty() && s.tracks[0].votes.is_empty());
+        assert_eq!(s.tracks[1].centroid, b);
+        // The face comes back: a new track, named as the gallery now says.
+        let (_, t) = s.observe(&[face(&a, None)], Metric::Euclidean, 0.6, &LIMITS);
+        assert_eq!(t, vec![2]);
     }
 
     #[test]
