@@ -9,6 +9,7 @@ The keys do not depend on the engine: the ONNX engine's server serves them all."
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from face_client import (
@@ -156,6 +158,43 @@ def _frame(client, sequence_id, photos, key=None, start=False, end=False, tensor
     [doc] = infer(client, tensors, SEQUENCE_MODEL, **sequence_request(sequence_id, start, end),
                   **options)
     return doc
+
+
+def _followed(client, frame: dict, threshold: float, sequence_id: int) -> tuple[dict, dict]:
+    """A recognize key's sequence of two frames of one photo (the second followed, its tracker
+    holding the face): each frame's face."""
+    parameters = {"gallery_key": CAM_KEY, "match_threshold": threshold,
+                  "detect_every": 1000, "reidentify_every": 1000}
+    docs = [infer(client, frame, SEQUENCE_MODEL, parameters=parameters,
+                  **sequence_request(sequence_id, start=k == 0, end=k == 1))[0] for k in range(2)]
+    return docs[0]["faces"][0], docs[1]["faces"][0]
+
+
+def test_a_sequences_embedding_flag_tells_no_finer_distance_than_answers(keyed, photos):
+    """A recognize key sweeps its threshold over frames of one photo saved at many JPEG
+    qualities (distances apart by less than the answers' 2 decimals show): whether a followed
+    face is embedded again (its distance within 10% of the threshold) is the same for every
+    frame whose answer shows the same distance: the flag tells nothing finer."""
+    client, ids = keyed.http(), iter(range(7000, 9000))
+    rgb = Image.fromarray(photos.rgb("obama2.jpg"))
+    frames = []
+    for quality in range(40, 100, 4):
+        out = io.BytesIO()
+        rgb.save(out, "JPEG", quality=quality)
+        frames.append(encoded_tensors([out.getvalue()]))
+    shown = [_followed(client, f, 0.49, next(ids))[0]["distance"] for f in frames]
+    assert None not in shown and len(set(shown)) <= 3, shown
+    low, high = round(min(shown) / 1.12, 2), round(max(shown) / 0.88, 2)
+    compared = 0
+    for threshold in np.arange(low, min(high, 0.49) + 0.001, 0.01):
+        flags: dict[float, set[bool]] = {}
+        for frame in frames:
+            first, followed = _followed(client, frame, float(threshold), next(ids))
+            assert followed["source"] == "tracked", followed
+            flags.setdefault(first["distance"], set()).add(followed["embedded"])
+        assert all(len(f) == 1 for f in flags.values()), (threshold, flags)
+        compared += sum(len(f) for f in flags.values())
+    assert compared >= 5, compared
 
 
 def test_a_sequence_is_its_starts_keys(keyed, photos):

@@ -55,7 +55,10 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
     let threads = settings.decode_threads(state.gpu.is_some());
     decode_all(&mut jobs, settings.max_image_pixels, threads);
     if let Some(sequences) = &model.sequences {
-        scrub_forgotten(model, &mut sequences.lock().unwrap_or_else(|e| e.into_inner()));
+        scrub_forgotten(
+            model,
+            &mut sequences.lock().unwrap_or_else(|e| e.into_inner()),
+        );
     }
     settle_cadence(model, &mut jobs);
     let size = jobs

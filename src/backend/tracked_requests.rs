@@ -100,6 +100,7 @@ fn follow_wave(model: &ModelState, engine: &mut dyn Engine, jobs: &[&Job]) -> Ve
             matcher: matcher.as_ref(),
             metric: model.gallery.metric(),
             threshold: threshold(model, job),
+            decimals: job.coarse,
             limits,
         })
         .collect();

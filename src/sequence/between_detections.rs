@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::engine::tracker::{BoxTracker, TrackFrame, LOST_BELOW};
 use crate::error::{Error, Result};
 use crate::gallery::Match;
-use crate::metric::Metric;
+use crate::metric::{rounded, Metric};
 use crate::pipeline::{BoxPx, Face, Frame, Stages, Wanted};
 
 use super::{majority, overlap, Before, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
@@ -65,6 +65,9 @@ pub struct Work<'a> {
     pub matcher: &'a dyn Fn(&[f32]) -> Result<Match>,
     pub metric: Metric,
     pub threshold: f32,
+    /// For a key without `search`: the decimals its answers show distances
+    /// to, which every decision an answer reveals is taken at.
+    pub decimals: Option<u32>,
     pub limits: Limits,
 }
 
@@ -455,11 +458,8 @@ impl SequenceState {
         let ratio = bbox.area() / at.area().max(1.0);
         let resized = !(1.0 / AREA_CHANGE..=AREA_CHANGE).contains(&ratio);
         let stale = n - when >= u64::from(self.cadence.reidentify_every);
-        let near = track
-            .follow
-            .as_ref()
-            .and_then(|f| f.distance)
-            .is_some_and(|d| (d - work.threshold).abs() < NEAR_THRESHOLD * work.threshold);
+        let near = (track.follow.as_ref().and_then(|f| f.distance))
+            .is_some_and(|d| near(d, work.threshold, work.decimals));
         resized || stale || near || !settled(track)
     }
 
@@ -555,6 +555,15 @@ impl SequenceState {
     }
 }
 
+/// Whether a distance is near the threshold, so that its face is embedded
+/// again (the answer says so): on the answers' grid where `decimals` is set,
+/// so the flag tells nothing finer of the distance than the answer shows.
+fn near(distance: f32, threshold: f32, decimals: Option<u32>) -> bool {
+    let grid = |x: f32| decimals.map_or(x, |k| rounded(x, k));
+    let (d, t) = (grid(distance), grid(threshold));
+    (d - t).abs() < NEAR_THRESHOLD * t
+}
+
 /// Whether a track's name is settled: its leading name holds most votes.
 fn settled(track: &Track) -> bool {
     let total: u32 = track.votes.values().sum();
@@ -570,6 +579,30 @@ mod tests {
     use crate::engine::Engine;
     use crate::pipeline::Analysis;
     use crate::sequence::{follow_together, Cadence, Sequences, Stream};
+
+    /// On the grid, whether a face is embedded again depends on its distance
+    /// and the threshold as answers show them, never on more.
+    #[test]
+    fn near_on_the_grid_tells_no_more_than_the_rounded_distance() {
+        use crate::metric::coarse_threshold;
+        for decimals in [0, 1, 2] {
+            let values: Vec<f32> = (1..400).map(|i| i as f32 * 0.0025).collect();
+            let mut seen = std::collections::HashMap::new();
+            for &d in &values {
+                for &t in &values {
+                    let key = (
+                        rounded(d, decimals).to_bits(),
+                        rounded(t, decimals).to_bits(),
+                    );
+                    let flag = near(d, coarse_threshold(t, decimals), Some(decimals));
+                    let first = *seen.entry(key).or_insert(flag);
+                    assert_eq!(flag, first, "d {d} t {t} at {decimals} decimals");
+                }
+            }
+        }
+        // Exact where a key may search: 0.46 is within 10% of 0.5, 0.44 is not.
+        assert!(near(0.46, 0.5, None) && !near(0.44, 0.5, None));
+    }
 
     fn limits(max_sequences: usize) -> Limits {
         Limits {
@@ -589,6 +622,7 @@ mod tests {
             matcher,
             metric: Metric::Euclidean,
             threshold: 0.6,
+            decimals: None,
             limits,
         }
     }

@@ -768,7 +768,10 @@ mod tests {
         assert_eq!(seqs.scrub(3, &|_| false), 0, "scrubbed at 3 already");
         let s = seqs.get(&id, Instant::now()).unwrap();
         let sum = s.recap(&LIMITS);
-        assert_eq!((sum.tracks[0].name.clone(), sum.tracks[0].best_distance), (None, None));
+        assert_eq!(
+            (sum.tracks[0].name.clone(), sum.tracks[0].best_distance),
+            (None, None)
+        );
         assert_eq!(sum.tracks[1].name.as_deref(), Some("biden"));
         let names: Vec<Name> = sum.kept.iter().flatten().map(|(n, _)| n.clone()).collect();
         assert_eq!(names, [None, Some("biden".into()), None]);
