@@ -96,21 +96,52 @@ fn connect(path: &Path) -> Result<Connection> {
 /// Copy the WAL into the database, zero its frames, then truncate it: the
 /// journal's older copies of erased pages go (overwritten before the
 /// truncation frees their blocks), and the file's pages hold the zeroed
-/// ones. RESTART first: once every frame is copied and no reader uses them,
-/// the next write starts the WAL again from its header, so nothing reads
-/// the frames zeroed here (the caller holds the store: no write between).
+/// ones. TRUNCATE copies whatever was committed since before it truncates.
 fn checkpoint(conn: &Connection, db: &Path) -> Result<()> {
     zero_wal(conn, db)?;
     run_checkpoint(conn, "TRUNCATE")
 }
 
+/// How often `zero_wal` tries again when another connection wrote between
+/// its checkpoint and its lock.
+const ZERO_ATTEMPTS: usize = 20;
+
 /// Every frame of `db`'s WAL copied into the database, then zeroed (the
-/// WAL keeps its length until the truncation).
+/// WAL keeps its length until the truncation), under SQLite's own write
+/// lock so that no connection (another model on the folder, a load) can
+/// commit in between. RESTART copies every frame there is and waits for the
+/// readers; once the lock is held, `data_version` (which moves with every
+/// other connection's commit) tells whether anything was committed since
+/// before the checkpoint: if not, every byte after the header is a copy the
+/// database already holds; if so, the checkpoint runs again.
 pub(in crate::gallery::store) fn zero_wal(conn: &Connection, db: &Path) -> Result<()> {
-    run_checkpoint(conn, "RESTART")?;
     let mut wal = db.as_os_str().to_owned();
     wal.push("-wal");
-    match crate::gallery::wipe::overwrite(Path::new(&wal), WAL_HEADER) {
+    let version = |conn: &Connection| -> Result<i64> {
+        (conn.query_row("PRAGMA data_version", [], |r| r.get(0))).map_err(sql_error)
+    };
+    for _ in 0..ZERO_ATTEMPTS {
+        let before = version(conn)?;
+        run_checkpoint(conn, "RESTART")?;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(sql_error)?;
+        let zeroed = match version(conn) {
+            Ok(now) if now == before => overwrite_frames(Path::new(&wal)).map(|()| true),
+            other => other.map(|_| false),
+        };
+        // Nothing was written in the transaction: it only held the lock.
+        conn.execute_batch("ROLLBACK").map_err(sql_error)?;
+        if zeroed? {
+            return Ok(());
+        }
+    }
+    Err(Error::unavailable(format!(
+        "the SQLite WAL was written again after each of {ZERO_ATTEMPTS} checkpoints: its \
+         frames are zeroed at the next erasure pass"
+    )))
+}
+
+fn overwrite_frames(wal: &Path) -> Result<()> {
+    match crate::gallery::wipe::overwrite(wal, WAL_HEADER) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::unavailable(format!(
             "cannot overwrite the SQLite WAL before truncating it: {e}"
         ))),
