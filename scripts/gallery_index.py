@@ -39,14 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_server import tail, wait_ready  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = "gallery.index.json"
 # "gallery: indexing 1000000 faces: 35% (350000 of 1000000) in 8 min 10 s, about 15 min 10 s left"
 STEP = re.compile(r"gallery: indexing (\d+) faces: \d+% \((\d+) of \d+\) in (.*?), about (.*) left")
 DONE = re.compile(r"gallery: indexing (\d+) faces: done in ([^\"\n]*)")
 # "model 'face_onnx': gallery index built in 9 min 58 s (read ..., strays 17.2 s counted):
 #  1000001 vectors read from the store, ..."
-# "model 'face_onnx': gallery store sqlite /path/gallery.sqlite3, embedder ..."
+# "model 'face_onnx': gallery store sqlite /path/gallery.sqlite3, embedder ..., saved index
+#  gallery.1f2e3d4c5b6a.index"
 STORE = re.compile(r"gallery store sqlite (.*?), embedder")
+INDEX = re.compile(r", saved index (gallery\.\w+\.index)")
 LOADED = re.compile(r"gallery index (\w+(?: \w+)*?) in .*?: (\d+) vectors read from the store")
 # The index is saved as the model unloads; a million people's take a few seconds.
 EXIT_TIMEOUT_S = 600
@@ -66,6 +67,7 @@ class Watch:
         self.loaded = ""
         self.built_in = ""
         self.store: Path | None = None
+        self.index_file = ""
         self.thread = threading.Thread(target=self._read, args=(output, log), daemon=True)
         self.thread.start()
 
@@ -96,6 +98,7 @@ class Watch:
             self.loaded = f"{m[1]}, {m[2]} vectors read from the store"
         elif m := STORE.search(line):
             self.store = Path(m[1])
+            self.index_file = m[1] if (m := INDEX.search(line)) else ""
 
 
 def repository(model_dir: Path, library: Path, real_backends: Path,
@@ -137,10 +140,10 @@ def serve(models: Path, backends: Path, log) -> tuple[subprocess.Popen, Watch, s
     return server, Watch(server.stdout, log), url
 
 
-def saved_rows(gallery: Path, since: float) -> int | None:
-    """How many store rows the index saved after `since` (time.time()) holds, from its
+def saved_rows(index: Path, since: float) -> int | None:
+    """How many store rows the `index` saved after `since` (time.time()) holds, from its
     manifest's runs of row ids (None: no manifest written since)."""
-    manifest = gallery / MANIFEST
+    manifest = index.with_name(index.name + ".json")
     try:
         if manifest.stat().st_mtime < since:
             return None
@@ -189,7 +192,8 @@ def main() -> None:
         # The store's folder as the server named it, through the link in `work`.
         gallery = (watch.store.parent if watch.store else model_dir / "gallery").resolve()
     took = time.monotonic() - started
-    rows = saved_rows(gallery, wall)
+    index = gallery / (watch.index_file or "gallery.(no index file named in the log).index")
+    rows = saved_rows(index, wall)
     what = f"gallery index {watch.loaded or '(no index line in the log)'}"
     if watch.built_in:
         what += f" and indexed in {watch.built_in}"
@@ -197,7 +201,7 @@ def main() -> None:
     if rows is None:
         sys.exit(f"no index saved in {gallery} by this run (the store holds no enrolled rows, "
                  "or the save failed: run again with --log FILE and read it)")
-    print(f"saved: {gallery / 'gallery.index'}, {rows} store rows; a server loads it instead "
+    print(f"saved: {index}, {rows} store rows; a server loads it instead "
           "of building it")
 
 

@@ -22,3 +22,11 @@ def removals(gallery_dir: Path) -> list[tuple[str, int]]:
     """The removal log: (name, rows removed), oldest first."""
     with closing(sqlite3.connect(gallery_dir / STORE_FILE)) as db:
         return list(db.execute("SELECT name, removed FROM removals ORDER BY id"))
+
+
+def index_file(gallery_dir: Path) -> Path:
+    """The saved vector index of the one embedder in `gallery_dir` (gallery.<embedder>.index;
+    its manifest is the same name with .json)."""
+    found = sorted(gallery_dir.glob("gallery.*.index"))
+    assert len(found) == 1, f"one embedder's saved index in {gallery_dir}: {found}"
+    return found[0]

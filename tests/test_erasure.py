@@ -12,6 +12,7 @@ so a scan that cannot find anything fails rather than passes."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from contextlib import closing
@@ -22,6 +23,7 @@ import pytest
 
 from environment import REPO_ROOT
 from face_client import forget, infer_encoded, list_people, names, people
+from gallery_store import index_file
 from postgres_server import SUITE_DB
 
 # The gallery's two forms (cosine i8, Euclidean f16); tract's gallery is the ONNX engine's.
@@ -79,7 +81,7 @@ def _assert_everywhere(server, forms) -> None:
     found = _found(server.model_dir, forms)
     assert "gallery/gallery.sqlite3" in found["f32"], found
     for kind in forms.keys() - {"f32"}:
-        assert "gallery/gallery.index" in found[kind], found
+        assert any(re.fullmatch(r"gallery/gallery\.\w+\.index", f) for f in found[kind]), found
 
 
 def _wait_erased(server, forms) -> float:
@@ -142,7 +144,7 @@ def test_a_replaced_index_file_keeps_no_copy_in_its_old_blocks(start_server, eng
     obama = _forms(_enrolled(server.gallery_dir, "obama"), engine.name)
     index_form = {k: v for k, v in obama.items() if k != "f32"}
     server.start()
-    with open(server.gallery_dir / "gallery.index", "rb") as old:
+    with open(index_file(server.gallery_dir), "rb") as old:
         held = old.read()
         assert all(w in held for form in index_form.values() for w in _windows(form)), \
             "the scan finds obama through the descriptor"
@@ -235,8 +237,9 @@ def test_no_copy_outlives_an_import_another_embedders_rows_or_a_failed_save(
 
     # A save that fails (a folder where the index goes): its temporary file goes at once.
     obama = _forms(_enrolled(gallery, "obama"), "onnx")
-    (gallery / "gallery.index").unlink()
-    (gallery / "gallery.index" / "in-the-way").mkdir(parents=True)
+    saved = index_file(gallery)
+    saved.unlink()
+    (saved / "in-the-way").mkdir(parents=True)
     [gone] = forget(server.http(), "obama")
     assert gone["forgotten"]["removed"] == 1, gone
     started = time.monotonic()

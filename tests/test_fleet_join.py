@@ -94,7 +94,7 @@ def test_a_joining_server_copies_the_published_index(postgres, start_server, pho
 
     c = joining("join-c")
     c.stop()
-    for f in c.gallery_dir.glob("gallery.index*"):
+    for f in c.gallery_dir.glob("gallery.*index*"):
         f.unlink()
     postgres.sql("UPDATE triton_face.published_index_parts "
                  "SET bytes = overlay(bytes PLACING '\\xdeadbeef'::bytea FROM 1000) "

@@ -5,6 +5,7 @@ old gallery/enrolled.json. Every test runs against every engine unless marked.""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -185,3 +186,53 @@ def test_sequence_model_lists_and_forgets_within_a_sequence(start_server, photos
     assert one_shot["people"] == [] and one_shot["gallery_size"] == 0
     expect_error(lambda: sequence_infer(client, 23, list_tensors()), INVALID_ARGUMENT,
                  "sequence 23")
+
+
+def _until(check, what: str, seconds: float = 5.0):
+    """`check()` once it is truthy (polled), else a failure naming `what`."""
+    deadline = time.monotonic() + seconds
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
+    return found
+
+
+@pytest.mark.engines("onnx")
+def test_models_on_one_folder_follow_each_other(start_server, photos, tmp_path):
+    """`face`, its copy `still2` and the sequence model on one SQLite folder: an ENROLL or a
+    FORGET through any of them is seen by the others within gallery_poll_ms (200 ms here), a
+    running camera sequence included; the three share one embedder's saved index, which each
+    load then uses (no save tore another's)."""
+    shared = tmp_path / "shared"
+    server = start_server(
+        gallery={}, params={"gallery_dir": str(shared), "gallery_poll_ms": "200"},
+        more_models=(SEQUENCE_MODEL,), copies={"still2": []},
+    )
+    client = server.http()
+    frame = encoded_tensors([photos.bytes("obama2.jpg")])
+    camera = lambda start=False, end=False: sequence_infer(client, 91, frame, start, end)  # noqa: E731
+    assert names(camera(start=True)) == ["unknown"]
+    [ack] = infer_encoded(client, [photos.bytes("obama.jpg")], enroll="obama")
+    assert ack["enrolled"]["added"] is True, ack
+    _until(lambda: _who(client, photos, "obama2.jpg", model="still2") == ["obama"],
+           "still2 names the person enrolled through face")
+    _until(lambda: names(camera()) == ["obama"], "the camera names the person enrolled")
+
+    [gone] = forget(client, "obama", model="still2")
+    assert gone["forgotten"]["removed"] == 1, gone
+    _until(lambda: _who(client, photos, "obama2.jpg") == ["unknown"],
+           "face stops naming the person forgotten through still2")
+    _until(lambda: names(camera()) == ["unknown"], "the camera stops naming them")
+    summary = camera(end=True)["summary"]
+    assert "obama" not in json.dumps(summary), summary
+
+    [ack] = infer(client, encoded_tensors([photos.bytes("obama3.jpg")], enroll="barack"), "still2")
+    assert ack["enrolled"]["added"] is True, ack
+    _until(lambda: _who(client, photos, "obama2.jpg") == ["barack"],
+           "face names the person enrolled through still2")
+    server.stop()
+    server.start()
+    log = server.log_text()
+    assert log.count("gallery index loaded from its file") == 3, log
+    assert "saved gallery index not used" not in log, log
+    assert _who(server.http(), photos, "obama2.jpg", model="still2") == ["barack"]

@@ -126,6 +126,7 @@ fn store_location(model: &str, s: &Settings) -> store::Location {
     match s.gallery_store {
         store::StoreKind::Sqlite => store::Location::Sqlite {
             dir: s.gallery_dir.clone(),
+            poll: s.postgres.poll,
         },
         store::StoreKind::Postgres => store::Location::Postgres {
             gallery: s.postgres.gallery_name.clone().unwrap_or(model.to_string()),
@@ -164,10 +165,11 @@ fn conventions(s: &Settings) -> String {
 
 fn log_opened(name: &str, identity: &Identity, opened: &Opened) {
     log::info(&format!(
-        "model '{name}': gallery store {}, embedder {identity}{}",
+        "model '{name}': gallery store {}, embedder {identity}, saved index {}{}",
         opened.store,
+        crate::gallery::index_file_name(&identity.tag()),
         if opened.following {
-            "; following other servers' changes"
+            "; following the changes other models and servers make to it"
         } else {
             ""
         }

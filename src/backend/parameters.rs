@@ -408,8 +408,8 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "gallery_poll_ms",
         kind: Kind::PositiveInteger,
         default: Default::Value("1000"),
-        meaning: "`postgres`: read other servers' changes at least this often, even \
-                  without a notification",
+        meaning: "read the changes other models on the store (and, on `postgres`, other \
+                  servers) make at least this often (`postgres`: even without a notification)",
         section: Section::General,
         apply: |d, v| {
             positive(v).map(|ms| d.settings.postgres.poll = std::time::Duration::from_millis(ms))

@@ -47,6 +47,7 @@ pub use live::Candidate;
 use live::Live;
 pub use names::{validate_name, MAX_NAME_CHARS, RESERVED_NAMES};
 use other_servers::Following;
+pub use saved::index_file_name;
 use saved::Saved;
 pub use store::{Change, Named, Operation, Record};
 use store::{Listed, Migrated, Row, Store, Stored};
@@ -223,7 +224,7 @@ impl Gallery {
     ) -> Result<(Self, Opened)> {
         // Not the store's path or address: a moved folder keeps its index.
         let owner = format!("{} {dim} store {}", metric.name(), store.uid());
-        let saved = Saved::new(dir, owner);
+        let saved = Saved::new(dir, owner, store.embedder_tag());
         let mut took = Took::default();
         let mut lap = Lap(Instant::now());
         let (listed, local) = read_and_list(&saved, store.as_mut(), metric, dim, max_size)?;

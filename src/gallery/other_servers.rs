@@ -1,5 +1,5 @@
-//! The gallery's follower thread: applies the changes other servers make to
-//! a shared store, until the gallery is dropped (model unload), which stops
+//! The gallery's follower thread: applies the changes other models and
+//! servers make to its store, until the gallery is dropped (model unload), which stops
 //! and joins it: no thread of ours outlives the model, so the library can be
 //! unloaded safely.
 

@@ -29,8 +29,12 @@ use super::wipe::{erase_file, overwrite};
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 
-pub const INDEX_FILE: &str = "gallery.index";
-pub const MANIFEST_FILE: &str = "gallery.index.json";
+/// Where the files of earlier builds were, one pair per folder: the first
+/// load of their embedder takes them (`Saved::adopt`).
+const LEGACY: &str = "gallery";
+const INDEX: &str = "index";
+const MANIFEST: &str = "index.json";
+const LOCK: &str = "index.lock";
 const FORMAT: u32 = 1;
 /// A published copy is replaced once it differs from the one saved here in
 /// this many store rows: a joining server catches up at most about this
@@ -118,51 +122,114 @@ pub fn runs(mut keys: Vec<u64>) -> Vec<(u64, u64)> {
     out
 }
 
-const LOCK_FILE: &str = "gallery.index.lock";
+/// The name of `tag`'s saved index file (`Identity::tag`).
+pub fn index_file_name(tag: &str) -> String {
+    format!("{LEGACY}.{tag}.{INDEX}")
+}
 
+/// One embedder's saved index in a folder: `gallery.<tag>.index`, its
+/// manifest `gallery.<tag>.index.json`. Models of one embedder on one folder
+/// (a photo model and its camera twin) share them, taking turns through
+/// `gallery.<tag>.index.lock`: every write, and every read of the files,
+/// holds it, so no load or publish reads a file while another writes it.
 pub struct Saved {
     dir: PathBuf,
     owner: String,
+    /// `gallery.<tag>`.
+    stem: String,
     /// The published copy was found unusable: replace it at the next publish.
     published_bad: AtomicBool,
-    /// `gallery.index.lock`, locked while this gallery is open, when no
-    /// other gallery (another server, or this model's previous load still
-    /// unloading) holds it.
-    lock: Option<File>,
 }
 
 impl Saved {
-    pub fn new(dir: &Path, owner: String) -> Self {
-        Saved {
+    pub fn new(dir: &Path, owner: String, tag: &str) -> Self {
+        let saved = Saved {
             dir: dir.to_path_buf(),
             owner,
+            stem: format!("{LEGACY}.{tag}"),
             published_bad: AtomicBool::new(false),
-            lock: lock(dir),
-        }
+        };
+        saved.adopt();
+        saved
+    }
+
+    /// `gallery.<tag>.<part>` (`index`, `index.json`, `index.lock`).
+    fn path(&self, part: &str) -> PathBuf {
+        self.dir.join(format!("{}.{part}", self.stem))
+    }
+
+    /// The saved index file and its manifest, in a folder, for `tag`'s embedder.
+    #[cfg(test)]
+    pub fn files(dir: &Path, tag: &str) -> (PathBuf, PathBuf) {
+        let stem = format!("{LEGACY}.{tag}");
+        (
+            dir.join(format!("{stem}.{INDEX}")),
+            dir.join(format!("{stem}.{MANIFEST}")),
+        )
     }
 
     /// Whether a saved index (or its manifest) is there at all.
     pub fn exists(&self) -> bool {
-        self.dir.join(INDEX_FILE).exists() || self.dir.join(MANIFEST_FILE).exists()
+        self.path(INDEX).exists() || self.path(MANIFEST).exists()
     }
 
     /// Every key the saved index file holds, listed in its manifest or not.
     pub fn file_keys(&self) -> Result<Vec<u64>> {
-        let path = self.dir.join(INDEX_FILE);
+        let _turn = self.turn();
+        let path = self.path(INDEX);
         super::wipe::saved_keys(&path).map_err(|e| io(&path, e))
+    }
+
+    /// This embedder's turn with the files, until dropped: `None` where the
+    /// folder has no lock to give (read-only: nothing is written there).
+    fn turn(&self) -> Option<File> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path(LOCK))
+            .ok()?;
+        file.lock().ok()?;
+        Some(file)
+    }
+
+    /// The pair an earlier build saved as `gallery.index` (one per folder),
+    /// taken as this embedder's when its manifest names this owner and this
+    /// embedder has none yet: a million people's graph is not built again
+    /// after an upgrade. Another owner's pair is left for its own model.
+    fn adopt(&self) {
+        let (index, manifest) = (
+            self.dir.join(format!("{LEGACY}.{INDEX}")),
+            self.dir.join(format!("{LEGACY}.{MANIFEST}")),
+        );
+        let _turn = self.turn();
+        let ours = fs::read(&manifest)
+            .ok()
+            .is_some_and(|text| self.parse(&text, "").is_ok());
+        if !ours || self.exists() {
+            return;
+        }
+        // The index first: a stop in between leaves a manifest-less file,
+        // not used (built again), never a manifest over another file.
+        let moved = fs::rename(&index, self.path(INDEX))
+            .and_then(|()| fs::rename(&manifest, self.path(MANIFEST)));
+        if let Err(e) = moved {
+            log::warn!(
+                "gallery: the index saved by an earlier version ({}) not taken: {e}",
+                index.display()
+            );
+        }
     }
 
     /// The saved index and its manifest, when both are there and sound;
     /// `Err` says why the file is not used (for the log).
     pub fn load(&self, metric: Metric, dim: usize) -> Result<(VectorIndex, Manifest)> {
         // A killed writer's file goes now, even when nothing is saved: it
-        // may be a gigabyte, and hold vectors since forgotten. Holding the
-        // lock, before any save of ours, every temporary file is one: its
-        // writer's pid may have been reused (a container's server is often
-        // pid 1 at every start).
-        self.remove_orphans(self.lock.is_some());
+        // may be a gigabyte, and hold vectors since forgotten.
+        let turn = self.turn();
+        self.remove_orphans(turn.is_some());
         let manifest = self.manifest()?;
-        let path = self.dir.join(INDEX_FILE);
+        let path = self.path(INDEX);
         let (bytes, hash) = hash_file(&path)?;
         if bytes != manifest.bytes || hash != manifest.blake3 {
             return Err(Error::unavailable(format!(
@@ -174,7 +241,7 @@ impl Saved {
     }
 
     fn manifest(&self) -> Result<Manifest> {
-        let path = self.dir.join(MANIFEST_FILE);
+        let path = self.path(MANIFEST);
         let text = fs::read(&path).map_err(|e| io(&path, e))?;
         self.parse(&text, &path.display().to_string())
     }
@@ -196,11 +263,14 @@ impl Saved {
     /// servers on one folder, or two galleries of one folder in one server
     /// (a model reloaded while the old one saves as it unloads), never
     /// write the same file.
-    fn tmp(&self, name: &str) -> PathBuf {
+    fn tmp(&self, part: &str) -> PathBuf {
         static SAVES: AtomicU64 = AtomicU64::new(0);
         let n = SAVES.fetch_add(1, Ordering::Relaxed);
-        self.dir
-            .join(format!("{name}.{}.{n}.tmp", std::process::id()))
+        self.dir.join(format!(
+            "{}.{part}.{}.{n}.tmp",
+            self.stem,
+            std::process::id()
+        ))
     }
 
     /// Write `index` (its gallery-image keys below `folder_keys_below`, their
@@ -210,9 +280,10 @@ impl Saved {
     /// it is written, and a vector the manifest did not list would outlive
     /// its row's FORGET in this file and in a published copy.
     pub fn save(&self, index: &VectorIndex, folder_keys_below: u64, folder: String) -> Result<()> {
-        self.remove_orphans(false);
-        let path = self.dir.join(INDEX_FILE);
-        let tmp = Temporary(self.tmp(INDEX_FILE));
+        let turn = self.turn();
+        self.remove_orphans(turn.is_some());
+        let path = self.path(INDEX);
+        let tmp = Temporary(self.tmp(INDEX));
         index.save(&tmp.0)?;
         sync(&tmp.0)?;
         let keys = super::wipe::saved_keys(&tmp.0).map_err(|e| io(&tmp.0, e))?;
@@ -241,16 +312,18 @@ impl Saved {
     /// Record the strays counted at load in the manifest of the file they
     /// were counted on (the next load takes them instead of counting).
     pub fn record_strays(&self, strays: StraysRecord) -> Result<()> {
+        let _turn = self.turn();
         let mut manifest = self.manifest()?;
         manifest.strays = Some(strays);
         let text = serde_json::to_vec(&manifest).map_err(|e| Error::internal(e.to_string()))?;
         self.put_manifest(&text)
     }
 
-    /// Write the manifest (after its index file), durably.
+    /// Write the manifest (after its index file), durably (in the caller's
+    /// turn).
     fn put_manifest(&self, text: &[u8]) -> Result<()> {
-        let path = self.dir.join(MANIFEST_FILE);
-        let tmp = Temporary(self.tmp(MANIFEST_FILE));
+        let path = self.path(MANIFEST);
+        let tmp = Temporary(self.tmp(MANIFEST));
         write_synced(&tmp.0, text)?;
         tmp.rename(&path)?;
         sync(&self.dir)
@@ -263,8 +336,9 @@ impl Saved {
         if !store.shares_index() {
             return Ok(false);
         }
-        self.remove_orphans(false);
-        let tmp = Temporary(self.tmp(INDEX_FILE));
+        let turn = self.turn();
+        self.remove_orphans(turn.is_some());
+        let tmp = Temporary(self.tmp(INDEX));
         let mut out = BufWriter::new(File::create(&tmp.0).map_err(|e| io(&tmp.0, e))?);
         let Some(text) = store.fetch_index(&mut out)? else {
             return Ok(false);
@@ -273,18 +347,20 @@ impl Saved {
         drop(out);
         self.parse(&text, "the index published to the store")?;
         sync(&tmp.0)?;
-        tmp.replace(&self.dir.join(INDEX_FILE))?;
+        tmp.replace(&self.path(INDEX))?;
         self.put_manifest(&text)?;
         Ok(true)
     }
 
     /// Publish the saved files to `store` for servers that join later,
     /// unless its copy differs from them in fewer than `PUBLISH_AFTER` rows.
-    /// The bytes published, if it did.
+    /// The bytes published, if it did. In this embedder's turn: no save
+    /// overwrites the file while it is read.
     pub fn publish(&self, store: &mut dyn Store) -> Result<Option<u64>> {
         if !store.shares_index() {
             return Ok(None);
         }
+        let _turn = self.turn();
         let ours = self.manifest()?;
         let replace = self.published_bad.load(Ordering::Relaxed);
         if let Some(text) = store.published_manifest()?.filter(|_| !replace) {
@@ -293,8 +369,8 @@ impl Saved {
                 return Ok(None);
             }
         }
-        let text = fs::read(self.dir.join(MANIFEST_FILE)).map_err(|e| io(&self.dir, e))?;
-        let path = self.dir.join(INDEX_FILE);
+        let text = fs::read(self.path(MANIFEST)).map_err(|e| io(&self.dir, e))?;
+        let path = self.path(INDEX);
         let mut file = File::open(&path).map_err(|e| io(&path, e))?;
         store.publish_index(&text, &mut file)?;
         self.published_bad.store(false, Ordering::Relaxed);
@@ -330,17 +406,21 @@ fn rows_apart(a: &Manifest, b: &Manifest) -> usize {
 impl Saved {
     /// Temporary files of processes that died while writing (a kill -9):
     /// a million people's index is a gigabyte left behind otherwise. With
-    /// `all`, every one, whatever wrote it.
+    /// `all` (in this embedder's turn, which every writer takes), every one
+    /// of this embedder's, whatever wrote it: pids are reused (a
+    /// container's server is often pid 1 at every start).
     fn remove_orphans(&self, all: bool) {
         let Ok(dir) = fs::read_dir(&self.dir) else {
             return;
         };
         for file in dir.flatten() {
             let name = file.file_name();
-            let Some(pid) = orphan_pid(&name.to_string_lossy()) else {
+            let name = name.to_string_lossy();
+            let Some((stem, pid)) = temporary_of(&name) else {
                 continue;
             };
-            if all || !Path::new("/proc").join(pid.to_string()).exists() {
+            let ours = all && stem == self.stem;
+            if ours || !Path::new("/proc").join(pid.to_string()).exists() {
                 let _ = erase_file(&file.path());
             }
         }
@@ -377,28 +457,17 @@ impl Drop for Temporary {
     }
 }
 
-/// The index's lock, if no one else holds it (or the folder has none to
-/// give: a read-only folder saves nothing anyway).
-fn lock(dir: &Path) -> Option<File> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK_FILE))
-        .ok()?;
-    file.try_lock().ok()?;
-    Some(file)
-}
-
-/// The writer's pid in a temporary file's name (`gallery.index.<pid>.<n>.tmp`).
-fn orphan_pid(name: &str) -> Option<u32> {
-    [INDEX_FILE, MANIFEST_FILE].iter().find_map(|f| {
-        let middle = name
-            .strip_prefix(f)?
-            .strip_prefix('.')?
-            .strip_suffix(".tmp")?;
-        middle.split('.').next()?.parse().ok()
-    })
+/// The saved-index file a temporary file is written for (`gallery.<tag>`,
+/// or an earlier build's `gallery`) and its writer's pid, from its name
+/// (`<stem>.index.<pid>.<n>.tmp`, `<stem>.index.json.<pid>.<n>.tmp`).
+fn temporary_of(name: &str) -> Option<(&str, u32)> {
+    let name = name.strip_suffix(".tmp")?;
+    let (head, _n) = name.rsplit_once('.')?;
+    let (head, pid) = head.rsplit_once('.')?;
+    let stem = head
+        .strip_suffix(&format!(".{MANIFEST}"))
+        .or_else(|| head.strip_suffix(&format!(".{INDEX}")))?;
+    (stem == LEGACY || stem.starts_with(&format!("{LEGACY}."))).then_some((stem, pid.parse().ok()?))
 }
 
 fn hash_file(path: &Path) -> Result<(u64, String)> {
@@ -438,21 +507,27 @@ fn io(path: &Path, e: std::io::Error) -> Error {
 mod tests {
     use super::*;
 
+    const TAG: &str = "0123456789ab";
+
     fn saved_index(dir: &Path) -> (Saved, VectorIndex) {
         let index = VectorIndex::new(Metric::Euclidean, 2).unwrap();
         for k in [1u64, 2, 3, 7] {
             index.insert(k, &[k as f32, 0.0]).unwrap();
         }
-        let saved = Saved::new(dir, "dlib/test".into());
+        let saved = Saved::new(dir, "dlib/test".into(), TAG);
         saved.save(&index, 0, String::new()).unwrap();
         (saved, index)
+    }
+
+    fn index_file(dir: &Path) -> PathBuf {
+        Saved::files(dir, TAG).0
     }
 
     #[test]
     fn a_saved_index_loads_with_its_keys() {
         let tmp = tempfile::tempdir().unwrap();
         saved_index(tmp.path());
-        let (index, m) = Saved::new(tmp.path(), "dlib/test".into())
+        let (index, m) = Saved::new(tmp.path(), "dlib/test".into(), TAG)
             .load(Metric::Euclidean, 2)
             .unwrap();
         assert_eq!(m.keys, vec![(1, 3), (7, 7)]);
@@ -462,11 +537,45 @@ mod tests {
     }
 
     #[test]
+    fn embedders_on_one_folder_keep_their_own_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ours, index) = saved_index(tmp.path());
+        let theirs = Saved::new(tmp.path(), "onnx/other".into(), "ba9876543210");
+        let other = VectorIndex::new(Metric::Euclidean, 2).unwrap();
+        other.insert(9, &[9.0, 9.0]).unwrap();
+        theirs.save(&other, 0, String::new()).unwrap();
+        ours.save(&index, 0, String::new()).unwrap();
+        assert_eq!(
+            theirs.load(Metric::Euclidean, 2).unwrap().1.keys,
+            vec![(9, 9)]
+        );
+        assert_eq!(ours.load(Metric::Euclidean, 2).unwrap().0.len(), 4);
+    }
+
+    #[test]
+    fn an_earlier_builds_file_is_taken_by_its_owner_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        saved_index(tmp.path());
+        let (index, manifest) = Saved::files(tmp.path(), TAG);
+        let legacy = |part: &str| tmp.path().join(format!("{LEGACY}.{part}"));
+        fs::rename(&index, legacy(INDEX)).unwrap();
+        fs::rename(&manifest, legacy(MANIFEST)).unwrap();
+        let stranger = Saved::new(tmp.path(), "onnx/other".into(), "ba9876543210");
+        assert!(
+            !stranger.exists() && legacy(INDEX).exists(),
+            "not its owner's"
+        );
+        let owner = Saved::new(tmp.path(), "dlib/test".into(), TAG);
+        assert!(!legacy(INDEX).exists() && !legacy(MANIFEST).exists());
+        assert_eq!(owner.load(Metric::Euclidean, 2).unwrap().0.len(), 4);
+    }
+
+    #[test]
     fn a_replaced_index_is_overwritten_before_its_blocks_go() {
         let tmp = tempfile::tempdir().unwrap();
         let (saved, index) = saved_index(tmp.path());
         // A handle on the old file: what its blocks hold once it is replaced.
-        let mut old = File::open(tmp.path().join(INDEX_FILE)).unwrap();
+        let mut old = File::open(index_file(tmp.path())).unwrap();
         index.remove(7).unwrap();
         saved.save(&index, 0, "other images".into()).unwrap();
         let mut bytes = Vec::new();
@@ -490,28 +599,25 @@ mod tests {
     #[test]
     fn temporary_files_of_dead_writers_are_removed() {
         let tmp = tempfile::tempdir().unwrap();
-        let dead = tmp
-            .path()
-            .join(format!("{INDEX_FILE}.{}.tmp", u32::MAX - 1));
-        let alive = tmp.path().join(format!("{MANIFEST_FILE}.1.tmp"));
-        let other = tmp.path().join("gallery.index.x.tmp");
-        for f in [&dead, &alive, &other] {
+        let file = |name: String| tmp.path().join(name);
+        let stem = format!("{LEGACY}.{TAG}");
+        // Ours, by a live pid (1): every writer takes the turn, so at a
+        // load it is no one's (pids are reused: a container's server is pid 1).
+        let ours_alive = file(format!("{stem}.{MANIFEST}.1.0.tmp"));
+        // An earlier build's and another embedder's: only when their pid is dead.
+        let legacy_dead = file(format!("{LEGACY}.{INDEX}.{}.0.tmp", u32::MAX - 1));
+        let theirs_alive = file(format!("{LEGACY}.ba9876543210.{INDEX}.1.3.tmp"));
+        let unknown = file(format!("{LEGACY}.{INDEX}.x.tmp"));
+        for f in [&ours_alive, &legacy_dead, &theirs_alive, &unknown] {
             fs::write(f, b"partial").unwrap();
         }
-        let (holder, _) = saved_index(tmp.path());
-        assert!(!dead.exists() && alive.exists() && other.exists());
-        assert_eq!(orphan_pid("gallery.index.json.42.tmp"), Some(42));
-        // Another gallery of the folder, while the first holds the lock:
-        // only dead writers' files go at its load.
-        let second = Saved::new(tmp.path(), "dlib/test".into());
-        second.load(Metric::Euclidean, 2).unwrap();
-        assert!(alive.exists(), "pid 1 lives; the lock is another's");
-        // The holder gone, a load takes the lock: every temporary file goes,
-        // whatever its pid (pids are reused: a container's server is pid 1).
-        drop((holder, second));
-        let third = Saved::new(tmp.path(), "dlib/test".into());
-        third.load(Metric::Euclidean, 2).unwrap();
-        assert!(!alive.exists() && other.exists(), "not one of ours: kept");
+        assert_eq!(
+            temporary_of("gallery.index.json.42.0.tmp"),
+            Some(("gallery", 42))
+        );
+        saved_index(tmp.path());
+        assert!(!ours_alive.exists() && !legacy_dead.exists());
+        assert!(theirs_alive.exists() && unknown.exists(), "not ours: kept");
     }
 
     #[test]
@@ -519,9 +625,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (saved, index) = saved_index(tmp.path());
         // The rename fails: a folder stands where the index goes.
-        fs::remove_file(tmp.path().join(INDEX_FILE)).unwrap();
-        fs::create_dir(tmp.path().join(INDEX_FILE)).unwrap();
-        fs::write(tmp.path().join(INDEX_FILE).join("x"), b"x").unwrap();
+        let path = index_file(tmp.path());
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("x"), b"x").unwrap();
         assert!(saved.save(&index, 0, String::new()).is_err());
         let left: Vec<_> = fs::read_dir(tmp.path())
             .unwrap()
@@ -535,21 +642,21 @@ mod tests {
     fn a_damaged_or_foreign_file_is_not_used() {
         let tmp = tempfile::tempdir().unwrap();
         saved_index(tmp.path());
-        let other = Saved::new(tmp.path(), "onnx/other".into());
+        let other = Saved::new(tmp.path(), "onnx/other".into(), TAG);
         assert!(
             other.load(Metric::Euclidean, 2).is_err(),
             "another embedder"
         );
-        let path = tmp.path().join(INDEX_FILE);
+        let (path, manifest) = Saved::files(tmp.path(), TAG);
         let whole = fs::read(&path).unwrap();
         for damaged in [whole[..whole.len() / 2].to_vec(), vec![0xAB; whole.len()]] {
             fs::write(&path, &damaged).unwrap();
-            let saved = Saved::new(tmp.path(), "dlib/test".into());
+            let saved = Saved::new(tmp.path(), "dlib/test".into(), TAG);
             let e = saved.load(Metric::Euclidean, 2).err().expect("damaged");
             assert!(e.message().contains("manifest"), "{e}");
         }
-        fs::remove_file(tmp.path().join(MANIFEST_FILE)).unwrap();
-        assert!(Saved::new(tmp.path(), "dlib/test".into())
+        fs::remove_file(manifest).unwrap();
+        assert!(Saved::new(tmp.path(), "dlib/test".into(), TAG)
             .load(Metric::Euclidean, 2)
             .is_err());
     }

@@ -10,6 +10,12 @@ fn opened(dir: &Path, max: usize) -> (Gallery, Opened) {
     Gallery::open(dir, store, Metric::Euclidean, 2, 0.6, max).unwrap()
 }
 
+/// The saved index and its manifest of `opened`'s galleries.
+fn saved_files(dir: &Path) -> [std::path::PathBuf; 2] {
+    let (index, manifest) = Saved::files(dir, &Identity::for_tests("dlib", 2).tag());
+    [index, manifest]
+}
+
 fn gallery(dir: &Path, max: usize) -> Gallery {
     opened(dir, max).0
 }
@@ -235,7 +241,7 @@ fn the_index_is_saved_at_unload_and_reconciled_with_the_store_at_load() {
     );
     drop(g);
     // A damaged file is not used, and says why; the store rebuilds it.
-    std::fs::write(tmp.path().join(saved::INDEX_FILE), b"garbage").unwrap();
+    std::fs::write(&saved_files(tmp.path())[0], b"garbage").unwrap();
     let (g, opened) = open();
     assert!(!opened.index.from_file);
     assert!(opened.index.not_used.unwrap().contains("manifest"));
@@ -260,7 +266,7 @@ fn a_saved_vector_its_manifest_does_not_list_goes_at_load_once_its_row_is_gone()
     // anything saves again.
     g.save_index().unwrap();
     std::mem::forget(g);
-    let manifest = tmp.path().join(saved::MANIFEST_FILE);
+    let [_, manifest] = saved_files(tmp.path());
     let mut m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
     m["keys"] = serde_json::json!([[a, a]]);
@@ -296,8 +302,8 @@ fn a_moved_folder_keeps_its_index_and_another_store_does_not_take_it() {
     let (g, _) = open(&other);
     g.enroll("z", vec![5.0, 5.0]).unwrap();
     std::mem::forget(g); // no save of its own
-    for f in [saved::INDEX_FILE, saved::MANIFEST_FILE] {
-        std::fs::copy(moved.join(f), other.join(f)).unwrap();
+    for (from, to) in saved_files(&moved).iter().zip(saved_files(&other)) {
+        std::fs::copy(from, to).unwrap();
     }
     let (g, opened) = open(&other);
     assert!(opened.index.not_used.unwrap().contains("another"));
@@ -404,4 +410,82 @@ fn changes_are_recorded_with_the_key_label_newest_first() {
         ]
     );
     assert_eq!(g.changes(1).unwrap().len(), 1, "the limit holds");
+}
+
+/// `g`'s best match for `at`, once it is `want` (within `within`).
+fn named_within(g: &Gallery, at: f32, want: Option<&str>, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    loop {
+        let m = g.best_match(&[at, at], 0.6, 1).unwrap();
+        if m.name.as_deref() == want {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn models_on_one_folder_follow_each_others_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, opened) = opened(tmp.path(), 10);
+    assert!(opened.following, "a SQLite gallery follows its folder");
+    let b = gallery(tmp.path(), 10);
+    // Each writes, the other sees it within the poll (100 ms here).
+    a.enroll("ann", vec![1.0, 1.0]).unwrap();
+    b.enroll("bob", vec![3.0, 3.0]).unwrap();
+    let soon = Duration::from_secs(2);
+    assert!(
+        named_within(&b, 1.0, Some("ann"), soon),
+        "b never saw a's ENROLL"
+    );
+    assert!(
+        named_within(&a, 3.0, Some("bob"), soon),
+        "a never saw b's ENROLL"
+    );
+    let removals = a.removals();
+    b.forget(&names(&["ann"]), None).unwrap();
+    assert!(
+        named_within(&a, 1.0, None, soon),
+        "a kept naming a person b forgot"
+    );
+    assert!(
+        a.removals() > removals,
+        "the eraser and the sequences hear of it"
+    );
+    // Enrolled again after the FORGET: the removal does not hide it.
+    a.enroll("ann", vec![1.0, 1.0]).unwrap();
+    assert!(named_within(&b, 1.0, Some("ann"), soon));
+    assert!(named_within(&a, 1.0, Some("ann"), soon));
+    assert_eq!((a.len(), b.len()), (2, 2));
+}
+
+#[test]
+fn a_store_of_the_previous_schema_takes_change_numbers_above_its_ids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(store::sqlite::DB_FILE);
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        // Version 3, the last before change numbers, with two rows.
+        store::sqlite::schema::migrate_to(&mut conn, 3).unwrap();
+        conn.execute_batch(
+            "INSERT INTO embedders (id, engine, metric, dim, model_hash) VALUES (7, 'dlib', \
+             'euclidean', 2, 'hash-of-dlib');
+             INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms) VALUES \
+             (7, 'old', X'0000803F0000803F', 0), (7, 'older', X'0000404000004040', 0);",
+        )
+        .unwrap();
+    }
+    let (g, opened) = opened(tmp.path(), 10);
+    assert_eq!(opened.enrolled, 2);
+    assert!(named_within(&g, 1.0, Some("old"), Duration::ZERO));
+    g.enroll("new", vec![5.0, 5.0]).unwrap();
+    g.forget(&names(&["old"]), None).unwrap();
+    drop(g);
+    let again = gallery(tmp.path(), 10);
+    assert!(named_within(&again, 3.0, Some("older"), Duration::ZERO));
+    assert!(named_within(&again, 5.0, Some("new"), Duration::ZERO));
+    assert!(named_within(&again, 1.0, None, Duration::ZERO));
 }

@@ -54,6 +54,22 @@ impl Identity {
         self
     }
 
+    /// A short name for this embedder in file names (the saved index of
+    /// each embedder on one folder is its own file).
+    pub fn tag(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        for part in [
+            &self.engine,
+            &self.metric,
+            &self.dim.to_string(),
+            &self.model_hash,
+        ] {
+            hasher.update(part.as_bytes());
+            hasher.update(b"\0");
+        }
+        hasher.finalize().to_hex()[..12].to_string()
+    }
+
     #[cfg(test)]
     pub fn for_tests(engine: &str, dim: usize) -> Self {
         Identity {

@@ -47,6 +47,8 @@ impl StoreKind {
 pub enum Location {
     Sqlite {
         dir: PathBuf,
+        /// How often other models' changes to the folder are read.
+        poll: Duration,
     },
     Postgres {
         settings: PgSettings,
@@ -61,7 +63,7 @@ impl Location {
     /// PostgreSQL: the database's hosts, ports and name, and the gallery.
     pub fn identity(&self) -> Result<String> {
         match self {
-            Location::Sqlite { dir } => {
+            Location::Sqlite { dir, .. } => {
                 let bad = |e: std::io::Error| {
                     Error::invalid(format!("gallery_dir {}: {e}", dir.display()))
                 };
@@ -289,6 +291,8 @@ pub trait Store: Send {
     /// its folder is mounted or its database reached from, and different in
     /// another store. Files kept beside it (the saved index) name it.
     fn uid(&self) -> &str;
+    /// This store's embedder (`Identity::tag`): its saved index is its own.
+    fn embedder_tag(&self) -> &str;
     /// Where it lives, for logs: "sqlite /models/face/gallery/gallery.sqlite3".
     fn describe(&self) -> String;
     /// For a store other servers write too: what reads their changes.
@@ -336,7 +340,9 @@ pub trait Follower: Send {
 /// The store at `location`, for `identity`'s embeddings.
 pub fn open(location: &Location, identity: &Identity) -> Result<Box<dyn Store>> {
     match location {
-        Location::Sqlite { dir } => Ok(Box::new(sqlite::SqliteStore::open(dir, identity)?)),
+        Location::Sqlite { dir, poll } => {
+            Ok(Box::new(sqlite::SqliteStore::open(dir, identity, *poll)?))
+        }
         Location::Postgres { settings, gallery } => Ok(Box::new(
             self::postgres::PostgresStore::open(settings, gallery, identity)?,
         )),
@@ -348,6 +354,7 @@ pub fn open_sqlite(dir: &Path, identity: &Identity) -> Result<Box<dyn Store>> {
     open(
         &Location::Sqlite {
             dir: dir.to_path_buf(),
+            poll: Duration::from_millis(100),
         },
         identity,
     )

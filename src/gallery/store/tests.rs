@@ -7,7 +7,12 @@ use super::*;
 use crate::error::ErrorKind;
 
 fn open_as(dir: &Path, engine: &str) -> SqliteStore {
-    SqliteStore::open(dir, &Identity::for_tests(engine, 2)).unwrap()
+    SqliteStore::open(
+        dir,
+        &Identity::for_tests(engine, 2),
+        Duration::from_millis(100),
+    )
+    .unwrap()
 }
 
 fn names(store: &mut SqliteStore) -> Vec<String> {
@@ -342,9 +347,13 @@ fn an_old_store_of_another_engine_is_kept_apart() {
 fn a_corrupt_old_store_stops_the_load() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join(LEGACY_FILE), b"{ half").unwrap();
-    let e = SqliteStore::open(tmp.path(), &Identity::for_tests("dlib", 2))
-        .err()
-        .unwrap();
+    let e = SqliteStore::open(
+        tmp.path(),
+        &Identity::for_tests("dlib", 2),
+        Duration::from_millis(100),
+    )
+    .err()
+    .unwrap();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
     assert!(e.message().contains("not a valid gallery store"), "{e}");
     assert!(tmp.path().join(LEGACY_FILE).exists(), "left in place");

@@ -61,6 +61,7 @@ pub struct PostgresStore {
     client: Option<Client>,
     scope: Scope,
     name: String,
+    tag: String,
     uid: String,
     poll: Duration,
 }
@@ -113,6 +114,7 @@ impl PostgresStore {
             .get(0);
         Ok(PostgresStore {
             uid,
+            tag: identity.tag(),
             scope: Scope {
                 gallery: gallery_id,
                 embedder,
@@ -381,6 +383,10 @@ impl Store for PostgresStore {
         &self.uid
     }
 
+    fn embedder_tag(&self) -> &str {
+        &self.tag
+    }
+
     fn describe(&self) -> String {
         format!(
             "postgres {}, gallery {:?} (id {})",
@@ -411,6 +417,7 @@ impl Store for PostgresStore {
             scope: self.scope,
             name: self.name.clone(),
             uid: self.uid.clone(),
+            tag: self.tag.clone(),
             poll: self.poll,
         }))
     }

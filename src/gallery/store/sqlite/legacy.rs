@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::Deserialize;
 
-use super::rows::{embedder_id, insert};
+use super::rows::{embedder_id, insert, next_change};
 use super::schema::sql_error;
 use crate::error::{Error, Result};
 use crate::gallery::store::{now_ms, to_blob, Identity, Migrated};
@@ -132,8 +132,15 @@ fn store(
         return Ok(0);
     }
     let embedder = embedder_id(&tx, &owner(file, identity))?;
+    let change = next_change(&tx)?;
     for entry in &file.entries {
-        insert(&tx, embedder, &entry.name, &to_blob(&entry.embedding))?;
+        insert(
+            &tx,
+            embedder,
+            &entry.name,
+            &to_blob(&entry.embedding),
+            change,
+        )?;
     }
     tx.execute(
         "INSERT INTO imports (content_hash, file, entries, imported_at_ms) VALUES (?1, ?2, ?3, ?4)",

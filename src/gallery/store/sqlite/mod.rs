@@ -10,17 +10,18 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+mod follow;
 pub mod legacy;
 mod rows;
 pub mod schema;
 
 use super::{
-    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Change, Contents, Expired, Forgot,
-    Identity, Listed, Loaded, Migrated, Named, Operation, Photos, Record, Row, Stamp, Store,
-    Stored,
+    from_blob, now_ms, photo_from_row, photo_to_row, to_blob, Change, Contents, Expired, Follower,
+    Forgot, Identity, Listed, Loaded, Migrated, Named, Operation, Photos, Record, Row, Stamp,
+    Store, Stored,
 };
 use crate::error::{Error, Result};
-use rows::{embedder_id, insert, record, records};
+use rows::{embedder_id, insert, last_change, next_change, record, records};
 use schema::{migrate, sql_error};
 
 pub const DB_FILE: &str = "gallery.sqlite3";
@@ -36,13 +37,16 @@ pub struct SqliteStore {
     embedder: i64,
     /// An enrolled.json imported by `open`, reported by the first `load`.
     migrated: Option<Migrated>,
+    tag: String,
     uid: String,
+    /// How often the follower reads the change counter (`gallery_poll_ms`).
+    poll: Duration,
 }
 
 impl SqliteStore {
     /// Open (or create) the store in `dir`: schema migrations, then a one-time
     /// import of an old `enrolled.json`.
-    pub fn open(dir: &Path, identity: &Identity) -> Result<Self> {
+    pub fn open(dir: &Path, identity: &Identity, poll: Duration) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::unavailable(format!("gallery folder {}: {e}", dir.display())))?;
         let path = dir.join(DB_FILE);
@@ -61,17 +65,19 @@ impl SqliteStore {
         }
         Ok(SqliteStore {
             uid,
+            tag: identity.tag(),
             conn,
             path,
             identity: identity.clone(),
             embedder,
             migrated,
+            poll,
         })
     }
 }
 
 /// A connection with the durability settings every write relies on.
-fn connect(path: &Path) -> Result<Connection> {
+pub(super) fn connect(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).map_err(sql_error)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
     let mode: String = conn
@@ -166,116 +172,135 @@ fn run_checkpoint(conn: &Connection, mode: &str) -> Result<()> {
     Ok(())
 }
 
-impl SqliteStore {
-    /// Rows of other embedders (kept, never matched).
-    fn foreign(&self) -> Result<usize> {
-        let n: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM enrollments WHERE embedder != ?1",
-                [self.embedder],
-                |r| r.get(0),
-            )
-            .map_err(sql_error)?;
-        Ok(n as usize)
-    }
+/// Rows of other embedders than `embedder` (kept, never matched).
+fn foreign(conn: &Connection, embedder: i64) -> Result<usize> {
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM enrollments WHERE embedder != ?1",
+            [embedder],
+            |r| r.get(0),
+        )
+        .map_err(sql_error)?;
+    Ok(n as usize)
+}
 
-    fn decode(&self, id: i64, name: &str, blob: &[u8]) -> Result<Vec<f32>> {
-        from_blob(blob, self.identity.dim).ok_or_else(|| {
+/// One embedder's rows as read: which file, how many floats an embedding has.
+#[derive(Clone)]
+pub(super) struct Reading {
+    pub(super) path: PathBuf,
+    embedder: i64,
+    dim: usize,
+}
+
+impl Reading {
+    /// The row `(id, change, name, embedding)` as stored.
+    fn stored(&self, r: &rusqlite::Row<'_>) -> Result<Stored> {
+        let (id, change, name): (i64, i64, String) = (
+            r.get(0).map_err(sql_error)?,
+            r.get(1).map_err(sql_error)?,
+            r.get(2).map_err(sql_error)?,
+        );
+        let blob: Vec<u8> = r.get(3).map_err(sql_error)?;
+        let embedding = from_blob(&blob, self.dim).ok_or_else(|| {
             Error::unavailable(format!(
                 "{}: enrollment {id} ({name:?}) has {} bytes, not {} floats",
                 self.path.display(),
                 blob.len(),
-                self.identity.dim
+                self.dim
             ))
+        })?;
+        Ok(Stored {
+            stamp: Stamp { id, change },
+            name,
+            embedding,
         })
+    }
+
+    /// This embedder's rows matching `filter` (on `?1`, the embedder, and
+    /// `?2`, `value`), oldest first.
+    pub(super) fn rows(&self, conn: &Connection, filter: &str, value: i64) -> Result<Vec<Stored>> {
+        let sql = format!(
+            "SELECT id, change, name, embedding FROM enrollments WHERE embedder = ?1 AND {filter} \
+             ORDER BY change, id"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+        let mut rows = stmt
+            .query(params![self.embedder, value])
+            .map_err(sql_error)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(sql_error)? {
+            out.push(self.stored(r)?);
+        }
+        Ok(out)
     }
 }
 
 impl SqliteStore {
-    /// `rows` with what the store says about them.
-    fn contents<T>(&mut self, rows: Vec<T>) -> Result<Contents<T>> {
+    fn reading(&self) -> Reading {
+        Reading {
+            path: self.path.clone(),
+            embedder: self.embedder,
+            dim: self.identity.dim,
+        }
+    }
+
+    /// What `read` gives, with what the store says about it, all from one
+    /// snapshot: the change number goes with exactly these rows.
+    fn contents<T>(
+        &mut self,
+        read: impl FnOnce(&Connection) -> Result<Vec<T>>,
+    ) -> Result<Contents<T>> {
+        let tx = self.conn.unchecked_transaction().map_err(sql_error)?;
+        let change = last_change(&tx)?;
+        let rows = read(&tx)?;
+        let foreign = foreign(&tx, self.embedder)?;
+        drop(tx); // read only: nothing to commit
         Ok(Contents {
             rows,
-            foreign: self.foreign()?,
+            foreign,
             migrated: self.migrated.take(),
-            // Nobody follows a SQLite store: no change number to go on from.
-            change: 0,
+            change,
         })
     }
 }
 
 impl Store for SqliteStore {
     fn load(&mut self) -> Result<Loaded> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, name, embedding FROM enrollments WHERE embedder = ?1 ORDER BY id")
-            .map_err(sql_error)?;
-        let rows = stmt
-            .query_map([self.embedder], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                ))
-            })
-            .map_err(sql_error)?;
-        let mut stored = Vec::new();
-        for row in rows {
-            let (id, name, blob) = row.map_err(sql_error)?;
-            let embedding = self.decode(id, &name, &blob)?;
-            stored.push(Stored {
-                // One writer, numbered by AUTOINCREMENT: the id orders too.
-                stamp: Stamp { id, change: id },
-                name,
-                embedding,
-            });
-        }
-        drop(stmt);
-        self.contents(stored)
+        let reading = self.reading();
+        self.contents(|conn| reading.rows(conn, "change > ?2", i64::MIN))
     }
 
     fn list(&mut self) -> Result<Listed> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, name FROM enrollments WHERE embedder = ?1 ORDER BY id")
-            .map_err(sql_error)?;
-        let rows = stmt
-            .query_map([self.embedder], |r| {
-                let id: i64 = r.get(0)?;
-                Ok(Row {
-                    stamp: Stamp { id, change: id },
-                    name: r.get(1)?,
+        let embedder = self.embedder;
+        self.contents(|conn| {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT id, change, name FROM enrollments WHERE embedder = ?1 \
+                     ORDER BY change, id",
+                )
+                .map_err(sql_error)?;
+            let rows = stmt
+                .query_map([embedder], |r| {
+                    Ok(Row {
+                        stamp: Stamp {
+                            id: r.get(0)?,
+                            change: r.get(1)?,
+                        },
+                        name: r.get(2)?,
+                    })
                 })
-            })
-            .map_err(sql_error)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(sql_error)?;
-        drop(stmt);
-        self.contents(rows)
+                .map_err(sql_error)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(sql_error);
+            rows
+        })
     }
 
     fn embeddings(&mut self, ids: &[i64]) -> Result<Vec<Stored>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name, embedding FROM enrollments WHERE id = ?1 AND embedder = ?2")
-            .map_err(sql_error)?;
+        let reading = self.reading();
         let mut out = Vec::with_capacity(ids.len());
         for &id in ids {
-            let row = stmt
-                .query_row(params![id, self.embedder], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })
-                .optional()
-                .map_err(sql_error)?;
-            if let Some((name, blob)) = row {
-                let embedding = self.decode(id, &name, &blob)?;
-                out.push(Stored {
-                    stamp: Stamp { id, change: id },
-                    name,
-                    embedding,
-                });
-            }
+            out.extend(reading.rows(&self.conn, "id = ?2", id)?);
         }
         Ok(out)
     }
@@ -285,6 +310,7 @@ impl Store for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
+        let change = next_change(&tx)?;
         let mut ids = Vec::with_capacity(entries.len());
         for Named { name, embedding } in entries {
             if embedding.len() != self.identity.dim {
@@ -295,8 +321,8 @@ impl Store for SqliteStore {
                     self.identity.dim
                 )));
             }
-            let id = insert(&tx, self.embedder, name, &to_blob(embedding))?;
-            ids.push(Stamp { id, change: id });
+            let id = insert(&tx, self.embedder, name, &to_blob(embedding), change)?;
+            ids.push(Stamp { id, change });
         }
         for change in changes {
             record(&tx, change)?;
@@ -310,9 +336,10 @@ impl Store for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
+        let change = next_change(&tx)?;
         let removed = names
             .iter()
-            .map(|name| forget_one(&tx, self.embedder, name))
+            .map(|name| forget_one(&tx, self.embedder, name, change))
             .collect::<Result<Vec<_>>>()?;
         for (name, &count) in names.iter().zip(&removed).filter(|(_, &n)| n > 0) {
             let change = Change {
@@ -324,8 +351,6 @@ impl Store for SqliteStore {
             record(&tx, &change)?;
         }
         tx.commit().map_err(sql_error)?;
-        // One writer: the FORGET covers every enrollment there is.
-        let change = i64::MAX;
         Ok(Forgot { removed, change })
     }
 
@@ -392,40 +417,52 @@ impl Store for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
-        let rows: Vec<(i64, i64, String)> = tx
+        // As on PostgreSQL: every row below the first change still within
+        // `kept` goes, so that one bound per name says what went.
+        let bound: i64 = tx
+            .query_row(
+                "SELECT coalesce((SELECT change FROM enrollments WHERE enrolled_at_ms >= ?1 \
+                 ORDER BY change LIMIT 1), (SELECT value + 1 FROM last_change))",
+                [before_ms],
+                |r| r.get(0),
+            )
+            .map_err(sql_error)?;
+        let rows: Vec<(i64, i64, String, i64)> = tx
             .prepare(
-                "DELETE FROM enrollments WHERE enrolled_at_ms < ?1 RETURNING id, embedder, name",
+                "DELETE FROM enrollments WHERE change < ?1 RETURNING id, embedder, name, change",
             )
             .and_then(|mut s| {
-                s.query_map([before_ms], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                    .collect()
+                s.query_map([bound], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect()
             })
             .map_err(sql_error)?;
         let mut per_name: std::collections::BTreeMap<&str, (i64, usize)> = Default::default();
-        for (id, _, name) in &rows {
+        for (id, _, name, _) in &rows {
             let (last, count) = per_name.entry(name).or_default();
             (*last, *count) = ((*last).max(*id), *count + 1);
         }
-        for (name, (last, count)) in per_name {
-            tx.execute(
-                "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![self.embedder, name, last, count as i64, now_ms()],
-            )
-            .map_err(sql_error)?;
-            let change = Change {
-                operation: Operation::Expire,
-                name: name.to_string(),
-                count,
-                by: None,
-            };
-            record(&tx, &change)?;
+        if !per_name.is_empty() {
+            let change = next_change(&tx)?;
+            for (name, (last, count)) in per_name {
+                log_removal(&tx, self.embedder, name, (last, count), (change, bound))?;
+                let change = Change {
+                    operation: Operation::Expire,
+                    name: name.to_string(),
+                    count,
+                    by: None,
+                };
+                record(&tx, &change)?;
+            }
         }
         tx.commit().map_err(sql_error)?;
         let count = rows.len();
-        let ours = rows.into_iter().filter(|(_, e, _)| *e == self.embedder);
+        let ours = rows.into_iter().filter(|(_, e, _, _)| *e == self.embedder);
         Ok(Expired {
-            ours: ours.map(|(id, _, _)| Stamp { id, change: id }).collect(),
+            ours: ours
+                .map(|(id, _, _, change)| Stamp { id, change })
+                .collect(),
             rows: count,
         })
     }
@@ -438,6 +475,18 @@ impl Store for SqliteStore {
         &self.uid
     }
 
+    fn embedder_tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// Other models on this folder (in this server or another) write it too.
+    fn follower(&self) -> Option<Box<dyn Follower>> {
+        Some(Box::new(follow::SqliteFollower::new(
+            self.reading(),
+            self.poll,
+        )))
+    }
+
     fn describe(&self) -> String {
         format!("sqlite {}", self.path.display())
     }
@@ -445,7 +494,7 @@ impl Store for SqliteStore {
 
 /// Remove `name`'s enrollments, of every embedder, and log it (inside the
 /// caller's transaction; the log row names the embedder that asked).
-fn forget_one(conn: &Connection, embedder: i64, name: &str) -> Result<usize> {
+fn forget_one(conn: &Connection, embedder: i64, name: &str, change: i64) -> Result<usize> {
     let last: Option<i64> = conn
         .query_row(
             "SELECT max(id) FROM enrollments WHERE name = ?1",
@@ -464,11 +513,32 @@ fn forget_one(conn: &Connection, embedder: i64, name: &str) -> Result<usize> {
             params![name, last],
         )
         .map_err(sql_error)?;
+    log_removal(conn, embedder, name, (last, removed), (change, change))?;
+    Ok(removed)
+}
+
+/// Log that `name`'s enrollments up to id `last` (`removed` of them) and
+/// below change `before` went, at change `change`.
+fn log_removal(
+    conn: &Connection,
+    embedder: i64,
+    name: &str,
+    (last, removed): (i64, usize),
+    (change, before): (i64, i64),
+) -> Result<()> {
     conn.execute(
-        "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![embedder, name, last, removed as i64, now_ms()],
+        "INSERT INTO removals (embedder, name, last_enrollment, removed, removed_at_ms, change, \
+         before_change) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            embedder,
+            name,
+            last,
+            removed as i64,
+            now_ms(),
+            change,
+            before
+        ],
     )
     .map_err(sql_error)?;
-    Ok(removed)
+    Ok(())
 }

@@ -85,11 +85,35 @@ pub(super) fn records(conn: &Connection, limit: usize) -> Result<Vec<Record>> {
     Ok(out)
 }
 
-/// Insert one enrollment (inside the caller's transaction); its id.
-pub(super) fn insert(conn: &Connection, embedder: i64, name: &str, blob: &[u8]) -> Result<i64> {
+/// The next change number, taken by the caller's write transaction (it
+/// holds SQLite's write lock: numbers follow commit order).
+pub(super) fn next_change(conn: &Connection) -> Result<i64> {
+    conn.query_row(
+        "UPDATE last_change SET value = value + 1 RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(sql_error)
+}
+
+/// The last change number committed (in the caller's snapshot).
+pub(super) fn last_change(conn: &Connection) -> Result<i64> {
+    conn.query_row("SELECT value FROM last_change", [], |r| r.get(0))
+        .map_err(sql_error)
+}
+
+/// Insert one enrollment of `change` (inside the caller's transaction); its id.
+pub(super) fn insert(
+    conn: &Connection,
+    embedder: i64,
+    name: &str,
+    blob: &[u8],
+    change: i64,
+) -> Result<i64> {
     conn.execute(
-        "INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![embedder, name, blob, now_ms()],
+        "INSERT INTO enrollments (embedder, name, embedding, enrolled_at_ms, change) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![embedder, name, blob, now_ms(), change],
     )
     .map_err(sql_error)?;
     Ok(conn.last_insert_rowid())

@@ -71,6 +71,22 @@ const MIGRATIONS: &[&str] = &[
          count INTEGER NOT NULL,
          key_label TEXT
      );",
+    // 4: change numbers, as on PostgreSQL, so that models on one folder
+    // follow each other: every write transaction takes the next number of
+    // `last_change` (writers take turns: numbers follow commit order), its
+    // enrollments and removals carry it; a removal covers every enrollment
+    // of its name below `before_change`. Rows before this version keep
+    // their id as their number, which the counter starts above.
+    "ALTER TABLE enrollments ADD COLUMN change INTEGER NOT NULL DEFAULT 0;
+     UPDATE enrollments SET change = id;
+     ALTER TABLE removals ADD COLUMN change INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE removals ADD COLUMN before_change INTEGER NOT NULL DEFAULT 0;
+     UPDATE removals SET before_change = last_enrollment + 1;
+     CREATE TABLE last_change (value INTEGER NOT NULL);
+     INSERT INTO last_change (value)
+         SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'enrollments'), 0);
+     CREATE INDEX enrollments_by_change ON enrollments (change);
+     CREATE INDEX removals_by_change ON removals (change);",
 ];
 
 /// The version this build writes.
@@ -78,6 +94,11 @@ pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Bring `conn` to `VERSION`; a database of a newer build is refused.
 pub fn migrate(conn: &mut Connection) -> Result<()> {
+    migrate_to(conn, VERSION)
+}
+
+/// Bring `conn` to `target` (an older version: tests of a migration).
+pub fn migrate_to(conn: &mut Connection, target: i64) -> Result<()> {
     let mut version = user_version(conn)?;
     if version > VERSION {
         return Err(Error::unavailable(format!(
@@ -85,13 +106,13 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
              {VERSION}: use the newer backend, or move the file away to start empty"
         )));
     }
-    while version < VERSION {
+    while version < target {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_error)?;
         // Read again inside the lock: another process may have migrated meanwhile.
         version = user_version(&tx)?;
-        if version < VERSION {
+        if version < target {
             tx.execute_batch(MIGRATIONS[version as usize])
                 .map_err(sql_error)?;
             version += 1;
@@ -130,12 +151,12 @@ mod tests {
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN \
                  ('embedders', 'enrollments', 'removals', 'imports', 'folder_photos', 'store', \
-                 'changes')",
+                 'changes', 'last_change')",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 7);
+        assert_eq!(tables, 8);
         conn.pragma_update(None, "user_version", VERSION + 1)
             .unwrap();
         let e = migrate(&mut conn).unwrap_err();
