@@ -205,3 +205,25 @@ def test_the_rate_counts_work_on_the_store_across_a_reload(suite_env, tmp_path, 
         expect_invalid(lambda: infer(client, images(6), **_key(FINDER_KEY, top_k=2)),
                        "costs 12", "key_burst 10")
         assert len(infer(client, images(5), **_key(FINDER_KEY, top_k=2))) == 5
+
+
+def test_the_rate_counts_the_faces_matched(suite_env, tmp_path, photos):
+    """A collage costs one token per face matched, times top_k, charged once its faces are found
+    and before any is matched: group5.jpg (5 faces) costs 5 of a burst of 12; with top_k 3 it
+    would cost 15, more than the burst, and is refused as its own error (its admission's 3 are
+    spent: the detector ran); then the collage no longer fits what is left and is refused as
+    over the rate, while a one-face photo still passes."""
+    keys = _add_param("gallery_key_file", str(_key_file(tmp_path, KEY_FILE)))
+    rate = [keys, _add_param("key_rate", "0.01"), _add_param("key_burst", "12")]
+    server = _policy_server(suite_env, tmp_path / "repo", {"face": rate})
+    group = encoded_tensors([photos.bytes("group5.jpg")])
+    with server:
+        client = server.http()
+        client.load_model("face")
+        [doc] = infer(client, group, **_key(FINDER_KEY))
+        assert len(doc["faces"]) == 5, doc
+        expect_invalid(lambda: infer(client, group, **_key(FINDER_KEY, top_k=3)),
+                       "costs 15", "key_burst 12", "per face matched")
+        expect_error(lambda: infer(client, group, **_key(FINDER_KEY)), UNAVAILABLE, "over its rate")
+        [one] = infer(client, encoded_tensors([photos.bytes("obama2.jpg")]), **_key(FINDER_KEY))
+        assert names(one) == ["obama"], one

@@ -67,6 +67,7 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
         .sum();
     let compute_start = now_ns();
     let mut batch = analyze(state, jobs, settings);
+    charge_faces(model, &mut batch);
     // Followed sequence frames, each on its own sequence's state, together.
     let followed = follow_followed(model, state, &batch);
     let enrolled = enroll_batch(&model.gallery, &mut batch);
@@ -176,6 +177,24 @@ fn analyze(
             Ok(Analyzed { job, found })
         })
         .collect()
+}
+
+/// Each request's faces charged to its key's rate before any is matched
+/// (access: `charge_faces`); a request refused fails alone.
+fn charge_faces(model: &ModelState, batch: &mut [Result<Analyzed>]) {
+    for item in batch.iter_mut() {
+        let Ok(a) = item else { continue };
+        let matched = |f: &Analysis| f.faces.iter().filter(|x| !x.embedding.is_empty()).count();
+        let faces = a.found.iter().map(|f| matched(f).max(1)).sum();
+        let top_k = a.job.top_k.unwrap_or(1);
+        let counted = (a.found.len(), faces);
+        if let Err(e) = model
+            .access
+            .charge_faces(a.job.by.as_deref(), counted, top_k)
+        {
+            *item = Err(e);
+        }
+    }
 }
 
 /// People gone from the gallery since the last look (a FORGET here or on

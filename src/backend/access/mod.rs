@@ -160,6 +160,32 @@ impl Access {
         })
     }
 
+    /// What a request's faces cost beyond what admission took (one token
+    /// per image, frame or row, times `top_k`: `needs::cost`): one per face
+    /// matched past the first of its image, times `top_k`, each a distance
+    /// learned. Taken once the faces are found, before any is matched, from
+    /// the key `by` (none on an open model), and refused as admission
+    /// refuses; a request whose whole cost (`faces` times `top_k`) is over
+    /// the burst is its own error.
+    pub fn charge_faces(
+        &self,
+        by: Option<&str>,
+        (images, faces): (usize, usize),
+        top_k: usize,
+    ) -> Result<()> {
+        let (Some(g), Some(limiter), Some(label)) = (&self.guarded, &self.store.limiter, by) else {
+            return Ok(());
+        };
+        let tokens = |n: usize| u32::try_from(n.saturating_mul(top_k.max(1))).unwrap_or(u32::MAX);
+        let extra = faces.saturating_sub(images.max(1));
+        if extra == 0 {
+            return Ok(());
+        }
+        limiter
+            .take_part(label, tokens(extra), tokens(faces))
+            .inspect_err(|_| g.count(Reason::Rate))
+    }
+
     /// A sequence request whose key is not its live sequence's (`owner`,
     /// the label its START brought, if it is live): refused and counted, as
     /// at admission (which a request of the same batch may have passed

@@ -95,10 +95,12 @@ fn number(value: Option<ParameterValue>) -> Option<f64> {
     }
 }
 
-/// What a request costs of its key's rate (`key_rate`): one token per image,
-/// frame or `EMBEDDING` row it carries, times its `top_k` (each person
-/// listed is a distance learned); a request without any (LIST, FORGET, a
-/// frameless START or END) costs one. Read from shapes, before decoding.
+/// What a request costs of its key's rate (`key_rate`) at admission: one
+/// token per image, frame or `EMBEDDING` row it carries, times its `top_k`
+/// (each person listed is a distance learned); a request without any (LIST,
+/// FORGET, a frameless START or END) costs one. Read from shapes, before
+/// decoding; the faces past the first of each image are charged once found
+/// (`Access::charge_faces`).
 pub fn cost(request: &Request, batched: bool) -> Result<u32> {
     let batch = |shape: &[i64], rank: usize| match batched && shape.len() == rank {
         true => shape[0],

@@ -59,14 +59,20 @@ impl Limiter {
     /// a cost above the burst can never be taken: refused as the request's
     /// own error.
     pub fn take(&self, label: &str, cost: u32) -> Result<()> {
-        let n = NonZeroU32::new(cost).unwrap_or(NonZeroU32::MIN);
+        self.take_part(label, cost, cost)
+    }
+
+    /// `tokens` of `label`, the part still to take of a request that costs
+    /// `whole` in all: refused as `take` refuses, the whole judged against
+    /// the burst.
+    pub fn take_part(&self, label: &str, tokens: u32, whole: u32) -> Result<()> {
+        if whole > self.rate.burst {
+            return Err(self.beyond_burst(label, whole));
+        }
+        let n = NonZeroU32::new(tokens).unwrap_or(NonZeroU32::MIN);
         match self.limiter.check_key_n(&label.to_string(), n) {
             Ok(Ok(())) => Ok(()),
-            Err(_) => Err(Error::invalid(format!(
-                "this request costs {cost} of key '{label}''s rate, more than its key_burst \
-                 {}: send fewer images, frames or rows, or a smaller top_k",
-                self.rate.burst
-            ))),
+            Err(_) => Err(self.beyond_burst(label, whole)),
             Ok(Err(not_until)) => {
                 let wait = not_until.wait_time_from(self.clock.now());
                 Err(Error::unavailable(format!(
@@ -78,6 +84,17 @@ impl Limiter {
                 )))
             }
         }
+    }
+}
+
+impl Limiter {
+    fn beyond_burst(&self, label: &str, cost: u32) -> Error {
+        Error::invalid(format!(
+            "this request costs {cost} of key '{label}''s rate (its images, frames or rows, one \
+             per face matched, times top_k), more than its key_burst {}: send fewer or smaller \
+             groups of faces, or a smaller top_k",
+            self.rate.burst
+        ))
     }
 }
 
