@@ -102,6 +102,13 @@ fn open_gallery(
     let (mut gallery, opened) =
         Gallery::open(&settings.gallery_dir, store, metric, dim, threshold, max)?;
     log_opened(name, &identity, &opened);
+    if let Some(why) = crate::gallery::memory_lock_refused() {
+        log::warn(&format!(
+            "model '{name}': the gallery's vectors are kept out of core dumps but not locked \
+             against swap: mlock refused ({why}); raise the server's memlock limit (docker run \
+             --ulimit memlock=-1, or CAP_IPC_LOCK) to keep them out of swap"
+        ));
+    }
     if let Some(days) = settings.retention_days {
         let retention = std::time::Duration::try_from_secs_f64(days * 86_400.0)
             .map_err(|_| Error::invalid(format!("retention_days = {days}: too long")))?;

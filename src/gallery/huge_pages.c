@@ -32,9 +32,18 @@
  * kernel to collapse them now (MADV_COLLAPSE, Linux 6.1; older kernels leave
  * it to khugepaged), unless THP is "never" (MADV_COLLAPSE would ignore it).
  *
+ * The same large regions hold faces' vectors, biometric data: each is kept
+ * out of core dumps (MADV_DONTDUMP) and locked against swap as its pages are
+ * touched (mlock2 MLOCK_ONFAULT: nothing is faulted in ahead, so the huge
+ * page deferral above is unchanged), where the memlock limit allows; the
+ * first refusal's errno is kept for the model load's log
+ * (triton_face_memory_lock_error). triton_face_keep_private does the same
+ * for memory the Rust side holds vectors in (the fine bytes).
+ *
  * In C, not Rust: a Rust #[no_mangle] function would be exported by the
  * library, which exports the TRITONBACKEND_* entry points and nothing else.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -43,6 +52,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
@@ -88,6 +98,36 @@ static int advise(void *addr, size_t len, int advice) {
     return done;
 }
 
+/* The errno of the first mlock the memlock limit refused (0: none). */
+static int lock_errno;
+
+/* Out of core dumps, and locked against swap where allowed (see the top). */
+static void keep_private(void *addr, size_t len) {
+    int kept = errno;
+    madvise(addr, len, MADV_DONTDUMP);
+    if (mlock2(addr, len, MLOCK_ONFAULT) != 0) {
+        int none = 0;
+        __atomic_compare_exchange_n(&lock_errno, &none, errno, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+    errno = kept;
+}
+
+/* The whole pages inside `len` bytes at `addr` kept private (the Rust side's
+ * memory: a Vec's buffer shares its first and last pages with others). */
+__attribute__((visibility("hidden"))) void triton_face_keep_private(void *addr, size_t len) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)addr + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)addr + len) & ~(page - 1);
+    if (start < end) {
+        keep_private((void *)start, end - start);
+    }
+}
+
+__attribute__((visibility("hidden"))) int triton_face_memory_lock_error(void) {
+    return __atomic_load_n(&lock_errno, __ATOMIC_RELAXED);
+}
+
 static int overlaps(struct region r, uintptr_t start, size_t len) {
     return start < r.start + r.len && r.start < start + len;
 }
@@ -125,6 +165,7 @@ __attribute__((visibility("hidden"))) void *__wrap_mmap(void *addr, size_t len, 
     void *mapped = __real_mmap(addr, len, prot, flags, fd, offset);
     int committed = (flags & MAP_ANONYMOUS) && !(flags & MAP_NORESERVE);
     if (mapped != MAP_FAILED && committed && len >= ADVISED_FROM) {
+        keep_private(mapped, len);
         advise_now_or_later(mapped, len);
     }
     return mapped;
@@ -140,6 +181,7 @@ __attribute__((visibility("hidden"))) void *__wrap_aligned_alloc(size_t alignmen
     uintptr_t start = ((uintptr_t)block + huge - 1) & ~(huge - 1);
     uintptr_t end = ((uintptr_t)block + size) & ~(huge - 1);
     if (block != NULL && size >= ADVISED_FROM && start < end) {
+        keep_private((void *)start, end - start);
         advise_now_or_later((void *)start, end - start);
     }
     return block;

@@ -8,9 +8,28 @@ use std::os::raw::c_int;
 use std::thread::{self, JoinHandle};
 
 extern "C" {
+    fn triton_face_keep_private(addr: *const std::ffi::c_void, len: usize);
+    fn triton_face_memory_lock_error() -> c_int;
     fn triton_face_huge_pages_defer() -> c_int;
     fn triton_face_huge_pages_resume(token: c_int) -> c_int;
     fn triton_face_huge_pages_collapse(token: c_int, now: c_int) -> c_int;
+}
+
+/// `buffer`'s allocation (the whole pages inside it) kept out of core dumps
+/// and locked against swap where allowed, as the index's own memory is
+/// (`huge_pages.c`): it holds vectors. Called again when it moves.
+pub fn keep_private(buffer: &Vec<u8>) {
+    // SAFETY: madvise and mlock2 on pages inside a live allocation; they
+    // change how the kernel treats the pages, never their contents.
+    unsafe { triton_face_keep_private(buffer.as_ptr().cast(), buffer.capacity()) }
+}
+
+/// Why the memory that holds vectors is not locked against swap, if the
+/// memlock limit refused it (its first refusal).
+pub fn lock_refused() -> Option<std::io::Error> {
+    // SAFETY: reads an atomic int in huge_pages.c.
+    let errno = unsafe { triton_face_memory_lock_error() };
+    (errno != 0).then(|| std::io::Error::from_raw_os_error(errno))
 }
 
 /// While it lives, the large mappings this thread makes keep small pages.

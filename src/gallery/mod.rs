@@ -42,6 +42,7 @@ use crate::metric::Metric;
 use entries::Entries;
 use erase::{Eraser, Expiry};
 pub use folder::gallery_images;
+pub use huge_pages::lock_refused as memory_lock_refused;
 use index::VectorIndex;
 pub use live::Candidate;
 use live::Live;

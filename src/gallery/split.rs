@@ -17,6 +17,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
+use super::huge_pages::keep_private;
 use super::share::with_helpers;
 use super::signs::{self, Signs};
 
@@ -145,7 +146,11 @@ impl Fine {
                     Some(slot) => slot as usize,
                     None => {
                         self.key_of.push(FREE);
+                        let held = self.bytes.capacity();
                         self.bytes.resize(self.key_of.len() * self.width, 0);
+                        if self.bytes.capacity() != held {
+                            keep_private(&self.bytes);
+                        }
                         self.key_of.len() - 1
                     }
                 };
@@ -311,6 +316,7 @@ impl Fine {
             free: Vec::new(),
             key_of,
         };
+        keep_private(&fine.bytes);
         for slot in 0..fine.key_of.len() {
             let key = fine.key_of[slot];
             if key == FREE || fine.slot_of.contains_key(&key) {
@@ -345,6 +351,47 @@ fn halve(bytes: &[u8], dim: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel's flags (`VmFlags` of /proc/self/smaps) of the mapping
+    /// that holds `addr`.
+    fn vm_flags(addr: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if let (true, Some(flags)) = (inside, line.strip_prefix("VmFlags:")) {
+                return flags.split_whitespace().map(str::to_string).collect();
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    fn the_fine_bytes_stay_out_of_core_dumps_and_swap() {
+        let mut fine = Fine::new(512);
+        let (coarse, bytes) = (vec![1i8; 512], vec![7u8; fine_len(512)]);
+        for key in 0..20_000 {
+            fine.put(key, &coarse, &bytes);
+        }
+        let page = 4096;
+        let inside = (fine.bytes.as_ptr() as usize).div_ceil(page) * page + page;
+        let flags = vm_flags(inside);
+        assert!(
+            flags.iter().any(|f| f == "dd"),
+            "not kept out of core dumps: {flags:?}"
+        );
+        match crate::gallery::memory_lock_refused() {
+            None => assert!(flags.iter().any(|f| f == "lo"), "not locked: {flags:?}"),
+            Some(why) => eprintln!("mlock refused here ({why}): the log says so at load"),
+        }
+    }
 
     #[test]
     fn signs_made_in_parts_are_each_keys_own() {

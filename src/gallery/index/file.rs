@@ -124,6 +124,48 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A removed vector's bytes are zeroed in memory as it is removed (the
+    /// vendored usearch's patch): usearch's own save, without the wipe that
+    /// `save` adds, holds no copy of it; the strays' flat copy is the same
+    /// kind of usearch index.
+    #[test]
+    fn a_removed_vector_is_zeroed_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw");
+        for metric in [Metric::Cosine, Metric::Euclidean] {
+            let index = VectorIndex::new(metric, 64).unwrap();
+            for k in 0..200u64 {
+                index.insert(k, &random_unit(k, 64)).unwrap();
+            }
+            // Each vector as usearch stores it: i8 (cosine), f16 (Euclidean).
+            let raw = |k: u64| -> Vec<u8> {
+                match metric {
+                    Metric::Cosine => {
+                        let (mut coarse, mut fine) = split::buffers(64);
+                        split::split(&random_unit(k, 64), &mut coarse, &mut fine);
+                        coarse.iter().map(|q| *q as u8).collect()
+                    }
+                    Metric::Euclidean => (index.vector(k).unwrap().iter())
+                        .flat_map(|x| f16_bits(*x).to_le_bytes())
+                        .collect(),
+                }
+            };
+            let (gone, kept) = (raw(77), raw(78));
+            index.remove(77).unwrap();
+            index.read().save(path.to_str().unwrap()).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let within = |form: &[u8]| bytes.windows(form.len()).any(|w| w == form);
+            assert!(
+                !within(&gone),
+                "{metric:?}: the removed vector is still in memory"
+            );
+            assert!(
+                within(&kept),
+                "{metric:?}: a kept one is found the same way"
+            );
+        }
+    }
+
     /// A removed vector leaves no copy in the saved file, in any of its
     /// forms (i8 and fine half bytes of a split index, f16 of a Euclidean
     /// one), and what stays is found as before.

@@ -1657,6 +1657,15 @@ class index_dense_gt {
     };
 
     /**
+     *  @brief A removed entry's vector zeroed, not only freed (triton-face: a
+     *  face's vector is biometric data, and a freed slot keeps it until reused).
+     *  A zero vector is orthogonal to every other (cos), at the origin (l2sq).
+     */
+    void zero_removed_(compressed_slot_t slot) noexcept {
+        std::memset(vectors_lookup_[slot], 0, metric_.bytes_per_vector());
+    }
+
+    /**
      *  @brief Removes an entry with the specified key from the index.
      *  @param[in] key The key of the entry to remove.
      *  @return The ::labeling_result_t indicating the result of the removal operation.
@@ -1690,6 +1699,7 @@ class index_dense_gt {
             compressed_slot_t slot = (*slots_it).slot;
             free_keys_.push(slot);
             typed_->at(slot).key = free_key_;
+            zero_removed_(slot);
         }
         slot_lookup_.erase(key);
         result.completed = matching_count;
@@ -1734,6 +1744,7 @@ class index_dense_gt {
                 compressed_slot_t slot = (*slots_it).slot;
                 free_keys_.push(slot);
                 typed_->at(slot).key = free_key_;
+                zero_removed_(slot);
                 ++matching_count;
             }
 
