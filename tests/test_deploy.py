@@ -296,7 +296,8 @@ def test_fleet_configs_follow_the_sample_models(model):
     own = {k: v for k, v in pbtxt_parameters(sample).items() if k != "smallest_face"}
     expected = own | {"detector": "cnn", "gallery_store": "postgres",
                                            "gallery_dsn_env": DSN_ENV,
-                                           "gallery_key_file": KEYS_FILE}
+                                           "gallery_key_file": KEYS_FILE,
+                                           "key_rate": "100", "key_burst": "200"}
     got = pbtxt_parameters(fleet)
     assert {k: v for k, v in got.items() if k != "gallery_name"} == expected
 

@@ -227,3 +227,32 @@ def test_the_rate_counts_the_faces_matched(suite_env, tmp_path, photos):
         expect_error(lambda: infer(client, group, **_key(FINDER_KEY)), UNAVAILABLE, "over its rate")
         [one] = infer(client, encoded_tensors([photos.bytes("obama2.jpg")]), **_key(FINDER_KEY))
         assert names(one) == ["obama"], one
+
+
+def test_the_fleet_shares_one_rate_on_postgresql(postgres, suite_env, tmp_path, photos):
+    """Two servers on one PostgreSQL gallery, key_rate 0.01/s (nothing comes back during the
+    test) and bursts of 10: a key spends its burst across both (6 images on one, then 4 on the
+    other; a fifth is refused there, and on the first), not 10 on each, as a client picking its
+    server with X-Sequence-Id would otherwise get."""
+    keys = _add_param("gallery_key_file", str(_key_file(tmp_path, KEY_FILE)))
+    edits = [keys, _add_param("key_rate", "0.01"), _add_param("key_burst", "10"),
+             _add_param("gallery_store", "postgres"), _add_param("gallery_name", "fleet_rate")]
+    servers = [_policy_server(suite_env, tmp_path / f"repo{i}", {"face": list(edits)})
+               for i in (0, 1)]
+    images = lambda n: encoded_tensors([photos.bytes("obama2.jpg")] * n)  # noqa: E731
+    over = "over its rate"
+    for i, server in enumerate(servers):
+        server.process_env["FACE_GALLERY_DSN"] = postgres.dsn(SUITE_DB, f"rate{i}")
+    with servers[0] as a, servers[1] as b:
+        first, second = a.http(), b.http()
+        for client in (first, second):
+            client.load_model("face")
+        assert "shared by every server of the gallery" in a.log_text(), a.log_tail()
+        assert len(infer(first, images(6), **_key(CAM_KEY))) == 6
+        expect_error(lambda: infer(second, images(5), **_key(CAM_KEY)), UNAVAILABLE, over)
+        assert len(infer(second, images(4), **_key(CAM_KEY))) == 4
+        for client in (first, second):
+            expect_error(lambda: infer(client, images(1), **_key(CAM_KEY)), UNAVAILABLE, over)
+    [(label, tat)] = postgres.sql(
+        "SELECT label, tat FROM triton_face.key_allowances WHERE gallery = 'fleet_rate'", SUITE_DB)
+    assert label == "cam" and float(tat) > 0, (label, tat)

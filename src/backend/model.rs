@@ -51,7 +51,7 @@ impl ModelState {
         let threshold =
             (settings.match_threshold).unwrap_or_else(|| engine.metric().usual_threshold());
         let location = store_location(&name, &settings);
-        let access = Access::load(&name, &settings, &location.identity()?, threshold)?;
+        let access = Access::load(&name, &settings, &location, threshold)?;
         let gallery = open_gallery(&name, &settings, &location, threshold, engine.as_mut())?;
         let sequences = settings.sequence.as_ref().map(|q| {
             log::info(&format!(

@@ -19,6 +19,9 @@ use std::sync::Mutex;
 use crate::backend::controls::read_step;
 use crate::backend::settings::{SequenceConfig, Settings};
 use crate::error::{Error, Result};
+use crate::gallery::store::postgres::allowance::Allowances;
+use crate::gallery::store::postgres::target::Target;
+use crate::gallery::store::Location;
 use crate::sequence::Sequences;
 use crate::triton::metrics::Counter;
 use crate::triton::request::ParameterValue;
@@ -61,16 +64,29 @@ struct Guarded {
 
 impl Access {
     /// From the model's `gallery_key_file`, `key_rate` and `key_burst`, on
-    /// the store `store` (its identity) with the model's own `threshold`;
-    /// logs what holds.
-    pub fn load(model: &str, settings: &Settings, store: &str, threshold: f32) -> Result<Access> {
+    /// the store at `location` with the model's own `threshold`; logs what
+    /// holds. On PostgreSQL the rate's allowance is the fleet's (the
+    /// gallery's database keeps it).
+    pub fn load(
+        model: &str,
+        settings: &Settings,
+        location: &Location,
+        threshold: f32,
+    ) -> Result<Access> {
+        let store = &location.identity()?;
+        let fleet = || match location {
+            Location::Postgres { settings, gallery } => Target::from_env(&settings.dsn_env)
+                .ok()
+                .map(|target| Allowances::new(target, gallery)),
+            Location::Sqlite { .. } => None,
+        };
         let Some(path) = settings.gallery_key_file.as_deref() else {
             if settings.key_rate.is_some() || settings.key_burst.is_some() {
                 return Err(Error::invalid(
                     "key_rate and key_burst limit each key of gallery_key_file: set the file too",
                 ));
             }
-            let store = shared::register(model, store, policy(settings, threshold))?;
+            let store = shared::register(model, store, policy(settings, threshold), || None)?;
             log::warn(&format!(
                 "model '{model}': no gallery_key_file: any client may recognize, search, ENROLL, \
                  FORGET and LIST"
@@ -91,13 +107,20 @@ impl Access {
                  any caller; turn the model's response_cache off",
             ));
         }
-        let store = shared::register(model, store, policy(settings, threshold))?;
+        let store = shared::register(model, store, policy(settings, threshold), fleet)?;
         let each: Vec<String> = keys
             .iter()
             .map(|k| format!("{} ({})", k.label, k.roles))
             .collect();
+        let fleet_wide = match location {
+            Location::Postgres { .. } => ", shared by every server of the gallery",
+            Location::Sqlite { .. } => "",
+        };
         let limit = settings.key_rate().map_or(String::new(), |r| {
-            format!(", each at most {}/s (bursts of {})", r.per_second, r.burst)
+            format!(
+                ", each at most {}/s (bursts of {}){fleet_wide}",
+                r.per_second, r.burst
+            )
         });
         log::info(&format!(
             "model '{model}': every request needs a key of {}: {}{limit}",

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::access::rate::{KeyRate, Limiter};
 use crate::error::{Error, Result};
+use crate::gallery::store::postgres::allowance::Allowances;
 
 /// What models on one store must agree on.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,8 +80,14 @@ pub struct Registered {
 }
 
 /// Records `model` with `policy` on the store `store` (its identity);
-/// refused when another model on it has another policy.
-pub fn register(model: &str, store: &str, policy: Policy) -> Result<Registered> {
+/// refused when another model on it has another policy. A new limiter keeps
+/// its allowance in `fleet` where given (a PostgreSQL gallery).
+pub fn register(
+    model: &str,
+    store: &str,
+    policy: Policy,
+    fleet: impl FnOnce() -> Option<Allowances>,
+) -> Result<Registered> {
     let mut stores = STORES.lock().unwrap_or_else(|e| e.into_inner());
     let shared = (stores.get_or_insert_with(HashMap::new))
         .entry(store.to_string())
@@ -102,7 +109,7 @@ pub fn register(model: &str, store: &str, policy: Policy) -> Result<Registered> 
     let limiter = match policy.rate {
         Some(rate) => Some(match &shared.limiter {
             Some(kept) if kept.rate() == rate => kept.clone(),
-            _ => Arc::new(Limiter::new(rate)?),
+            _ => Arc::new(Limiter::new(rate, fleet())?),
         }),
         None => None,
     };
@@ -151,8 +158,8 @@ mod tests {
 
     #[test]
     fn one_policy_per_store_and_its_limiter_outlives_its_models() {
-        let a = register("a", "store 1", policy(2, Some(1.0))).unwrap();
-        let e = register("b", "store 1", policy(3, Some(1.0)))
+        let a = register("a", "store 1", policy(2, Some(1.0)), || None).unwrap();
+        let e = register("b", "store 1", policy(3, Some(1.0)), || None)
             .err()
             .unwrap();
         assert!(
@@ -160,14 +167,16 @@ mod tests {
                 && e.message().contains("'a' has distance_decimals 2"),
             "{e}"
         );
-        let e = register("b", "store 1", policy(2, None)).err().unwrap();
+        let e = register("b", "store 1", policy(2, None), || None)
+            .err()
+            .unwrap();
         assert!(e.message().contains("not its key rate"), "{e}");
         let open = Policy {
             keys: None,
             ..policy(2, None)
         };
-        assert!(register("b", "store 1", open.clone()).is_err());
-        let b = register("b", "store 1", policy(2, Some(1.0))).unwrap();
+        assert!(register("b", "store 1", open.clone(), || None).is_err());
+        let b = register("b", "store 1", policy(2, Some(1.0)), || None).unwrap();
         let limiter = a.limiter.clone().unwrap();
         assert!(
             Arc::ptr_eq(&limiter, b.limiter.as_ref().unwrap()),
@@ -175,13 +184,13 @@ mod tests {
         );
         limiter.take("cam", 2).unwrap();
         drop((a, b));
-        let again = register("a", "store 1", policy(2, Some(1.0))).unwrap();
+        let again = register("a", "store 1", policy(2, Some(1.0)), || None).unwrap();
         let e = again.limiter.as_ref().unwrap().take("cam", 1).unwrap_err();
         assert!(
             e.message().contains("retry in"),
             "a reload keeps the spent burst: {e}"
         );
-        let _other = register("c", "store 2", open.clone()).unwrap();
+        let _other = register("c", "store 2", open.clone(), || None).unwrap();
         let _same = register(
             "d",
             "store 2",
@@ -189,6 +198,7 @@ mod tests {
                 threshold: 0.7,
                 ..open
             },
+            || None,
         )
         .unwrap();
     }

@@ -9,6 +9,7 @@
 //! changed after the last number it has seen: on a notification, after every
 //! reconnect, and every `gallery_poll_ms` in case one was lost.
 
+pub mod allowance;
 mod expire;
 pub mod listen;
 pub mod photos;

@@ -103,6 +103,15 @@ const MIGRATIONS: &[&str] = &[
     // bound, not all before its own change: followers read the bound here
     // (NULL for a FORGET: its own change).
     "ALTER TABLE triton_face.removals ADD COLUMN before_change bigint;",
+    // 6: each key label's allowance (key_rate), one for every server of the
+    // gallery (by its name): GCRA's theoretical arrival time, in seconds
+    // since the epoch by the database's clock.
+    "CREATE TABLE triton_face.key_allowances (
+         gallery text NOT NULL,
+         label text NOT NULL,
+         tat double precision NOT NULL,
+         PRIMARY KEY (gallery, label)
+     );",
 ];
 
 /// The version this build writes.
