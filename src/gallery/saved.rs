@@ -35,6 +35,8 @@ const LEGACY: &str = "gallery";
 const INDEX: &str = "index";
 const MANIFEST: &str = "index.json";
 const LOCK: &str = "index.lock";
+/// The digest of the gallery images this server last published.
+const PUBLISHED: &str = "index.published";
 const FORMAT: u32 = 1;
 /// A published copy is replaced once it differs from the one saved here in
 /// this many store rows: a joining server catches up at most about this
@@ -364,8 +366,12 @@ impl Saved {
         let ours = self.manifest()?;
         let replace = self.published_bad.load(Ordering::Relaxed);
         if let Some(text) = store.published_manifest()?.filter(|_| !replace) {
+            let mine = fs::read_to_string(self.path(PUBLISHED)).ok();
             let theirs = self.parse(&text, "the published index");
-            if theirs.is_ok_and(|t| rows_apart(&t, &ours) < PUBLISH_AFTER && !t.holds_gone(&ours)) {
+            let keep = |t: &Manifest| {
+                rows_apart(t, &ours) < PUBLISH_AFTER && !t.holds_gone(&ours, mine.as_deref())
+            };
+            if theirs.is_ok_and(|t| keep(&t)) {
                 return Ok(None);
             }
         }
@@ -374,6 +380,11 @@ impl Saved {
         let mut file = File::open(&path).map_err(|e| io(&path, e))?;
         store.publish_index(&text, &mut file)?;
         self.published_bad.store(false, Ordering::Relaxed);
+        if let Some(folder) = &ours.folder {
+            // Which gallery images this server published (a hint: lost, the
+            // next copy of others' is not replaced for its images alone).
+            let _ = write_synced(&self.path(PUBLISHED), folder.as_bytes());
+        }
         Ok(Some(ours.bytes))
     }
 
@@ -385,14 +396,17 @@ impl Saved {
 
 impl Manifest {
     /// Whether this (published) copy holds a row `ours` no longer has, one
-    /// forgotten since (or one ours has not seen yet), or other gallery
-    /// images: a copy replaced, so that a forgotten person's vectors (or a
-    /// photo's taken out of the folder) do not stay in the store.
-    fn holds_gone(&self, ours: &Manifest) -> bool {
+    /// forgotten since (or one ours has not seen yet), or gallery images this
+    /// server published (`mine`, their digest) and has since changed, or of
+    /// a build that did not say which: a copy replaced, so that a forgotten
+    /// person's vectors (or a photo's taken out of the folder) do not stay
+    /// in the store. Another server's images are its to replace: a server
+    /// that joined with other photos does not republish a gigabyte at every
+    /// erasure pass.
+    fn holds_gone(&self, ours: &Manifest, mine: Option<&str>) -> bool {
         let keys: HashSet<u64> = ours.keys().collect();
-        self.folder.is_none()
-            || self.folder != ours.folder
-            || self.keys().any(|k| !keys.contains(&k))
+        let images_gone = self.folder.as_deref() == mine && self.folder != ours.folder;
+        self.folder.is_none() || images_gone || self.keys().any(|k| !keys.contains(&k))
     }
 }
 
@@ -584,16 +598,24 @@ mod tests {
     }
 
     #[test]
-    fn a_published_copy_of_other_gallery_images_is_replaced() {
+    fn a_published_copy_is_replaced_for_forgotten_rows_and_its_publishers_images() {
         let tmp = tempfile::tempdir().unwrap();
         let (saved, _) = saved_index(tmp.path());
         let ours = saved.manifest().unwrap();
         let mut theirs = saved.manifest().unwrap();
-        assert!(!theirs.holds_gone(&ours));
+        assert!(!theirs.holds_gone(&ours, None));
+        // Published by this server, its folder changed since: replaced.
         theirs.folder = Some("a photo since taken out".into());
-        assert!(theirs.holds_gone(&ours));
+        assert!(theirs.holds_gone(&ours, Some("a photo since taken out")));
+        // Another server's images (it joined with other photos): its own.
+        assert!(!theirs.holds_gone(&ours, Some("what this server published")));
+        assert!(!theirs.holds_gone(&ours, None));
         theirs.folder = None; // an older build's copy
-        assert!(theirs.holds_gone(&ours));
+        assert!(theirs.holds_gone(&ours, None));
+        // A row ours lacks (forgotten since): replaced, whoever published it.
+        theirs.folder = ours.folder.clone();
+        theirs.keys.push((1000, 1000));
+        assert!(theirs.holds_gone(&ours, None));
     }
 
     #[test]
