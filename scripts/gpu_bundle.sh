@@ -109,7 +109,8 @@ install -m 0755 "$FACE_ASSETS/perf_analyzer/run" "$B/perf_analyzer/run"
 
 log "models, photos, the sample video's frames, perf_analyzer's input"
 mkdir -p "$B/models/onnx" "$B/models/dlib" "$B/photos" "$B/repos"
-install -m 0644 "$FACE_ASSETS"/onnx/*.onnx "$B/models/onnx/"
+# The files the bundle's models name (face_onnx's three), not every model set-up fetched.
+install -m 0644 "$FACE_ASSETS"/onnx/fr_*.onnx "$B/models/onnx/"
 install -m 0644 "$FACE_WEIGHTS/dlib_face_recognition_resnet_model_v1.dat" \
     "$FACE_WEIGHTS/shape_predictor_5_face_landmarks.dat" "$B/models/dlib/"
 install -m 0644 "$FACE_PHOTOS"/* "$B/photos/"
