@@ -124,6 +124,15 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A 64-d index of `n` random unit vectors, keys 0 to `n - 1`.
+    fn filled(metric: Metric, n: u64) -> VectorIndex {
+        let index = VectorIndex::new(metric, 64).unwrap();
+        for k in 0..n {
+            index.insert(k, &random_unit(k, 64)).unwrap();
+        }
+        index
+    }
+
     /// A removed vector's bytes are zeroed in memory as it is removed (the
     /// vendored usearch's patch): usearch's own save, without the wipe that
     /// `save` adds, holds no copy of it; the strays' flat copy is the same
@@ -133,10 +142,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("raw");
         for metric in [Metric::Cosine, Metric::Euclidean] {
-            let index = VectorIndex::new(metric, 64).unwrap();
-            for k in 0..200u64 {
-                index.insert(k, &random_unit(k, 64)).unwrap();
-            }
+            let index = filled(metric, 200);
             // Each vector as usearch stores it: i8 (cosine), f16 (Euclidean).
             let raw = |k: u64| -> Vec<u8> {
                 match metric {
@@ -174,10 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index");
         for metric in [Metric::Cosine, Metric::Euclidean] {
-            let index = VectorIndex::new(metric, 64).unwrap();
-            for k in 0..300u64 {
-                index.insert(k, &random_unit(k, 64)).unwrap();
-            }
+            let index = filled(metric, 300);
             let stored: Vec<Vec<f32>> = (0..300).map(|k| index.vector(k).unwrap()).collect();
             let forms = |k: u64| -> Vec<Vec<u8>> {
                 let v = random_unit(k, 64);
