@@ -44,7 +44,7 @@ impl SqliteFollower {
         let tx = conn.unchecked_transaction().map_err(sql_error)?;
         let upto = last_change(&tx)?;
         let removed = removals(&tx, since)?;
-        let enrolled = self.reading.rows(&tx, "change > ?2", since)?;
+        let enrolled = self.reading.rows(&tx, Some(("change > ?2", since)))?;
         drop(tx); // read only
         Ok(Some(Changes {
             upto,

@@ -216,16 +216,27 @@ impl Reading {
         })
     }
 
-    /// This embedder's rows matching `filter` (on `?1`, the embedder, and
-    /// `?2`, `value`), oldest first.
-    pub(super) fn rows(&self, conn: &Connection, filter: &str, value: i64) -> Result<Vec<Stored>> {
+    /// This embedder's rows, all or those `filter` keeps (on `?2`, its
+    /// value), oldest first. Ids and change numbers grow together (writers
+    /// take turns), so the id orders them: a load reads the table in its
+    /// own order.
+    pub(super) fn rows(
+        &self,
+        conn: &Connection,
+        filter: Option<(&str, i64)>,
+    ) -> Result<Vec<Stored>> {
+        let (sql_filter, value) = match filter {
+            Some((f, v)) => (format!(" AND {f}"), Some(v)),
+            None => (String::new(), None),
+        };
         let sql = format!(
-            "SELECT id, change, name, embedding FROM enrollments WHERE embedder = ?1 AND {filter} \
-             ORDER BY change, id"
+            "SELECT id, change, name, embedding FROM enrollments WHERE embedder = ?1{sql_filter} \
+             ORDER BY id"
         );
         let mut stmt = conn.prepare_cached(&sql).map_err(sql_error)?;
+        let args = std::iter::once(self.embedder).chain(value);
         let mut rows = stmt
-            .query(params![self.embedder, value])
+            .query(rusqlite::params_from_iter(args))
             .map_err(sql_error)?;
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(sql_error)? {
@@ -267,17 +278,14 @@ impl SqliteStore {
 impl Store for SqliteStore {
     fn load(&mut self) -> Result<Loaded> {
         let reading = self.reading();
-        self.contents(|conn| reading.rows(conn, "change > ?2", i64::MIN))
+        self.contents(|conn| reading.rows(conn, None))
     }
 
     fn list(&mut self) -> Result<Listed> {
         let embedder = self.embedder;
         self.contents(|conn| {
             let mut stmt = conn
-                .prepare(
-                    "SELECT id, change, name FROM enrollments WHERE embedder = ?1 \
-                     ORDER BY change, id",
-                )
+                .prepare("SELECT id, change, name FROM enrollments WHERE embedder = ?1 ORDER BY id")
                 .map_err(sql_error)?;
             let rows = stmt
                 .query_map([embedder], |r| {
@@ -300,7 +308,7 @@ impl Store for SqliteStore {
         let reading = self.reading();
         let mut out = Vec::with_capacity(ids.len());
         for &id in ids {
-            out.extend(reading.rows(&self.conn, "id = ?2", id)?);
+            out.extend(reading.rows(&self.conn, Some(("id = ?2", id)))?);
         }
         Ok(out)
     }
