@@ -58,7 +58,14 @@ export! {
 
 export! {
     fn TRITONBACKEND_ModelFinalize(model: ModelHandle) {
-        model.detach_state::<ModelState>()
+        model.detach_state::<ModelState>()?;
+        // What the model's load, instances and threads freed (onnxruntime's
+        // and dlib's allocations go through glibc, one heap per thread that
+        // ran them) goes back to the system: without it every arena kept its
+        // high-water mark, and reloads grew the server (issue 84).
+        // SAFETY: malloc_trim only returns free memory; nothing is in use.
+        unsafe { libc::malloc_trim(0) };
+        Ok(())
     }
 }
 
