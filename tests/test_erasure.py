@@ -382,3 +382,51 @@ def test_retention_on_a_postgresql_fleet(postgres, start_server, engine, photos)
     assert postgres.sql("SELECT count(*) FROM triton_face.enrollments e JOIN "
                         "triton_face.galleries g ON g.id = e.gallery WHERE g.name = 'retain'",
                         SUITE_DB) == [("0",)]
+
+
+def _private_memory(pid: int) -> tuple[bytes, list[list[str]]]:
+    """The bytes of the server's memory kept out of core dumps (the index's: VmFlags `dd`), and
+    each such region's flags."""
+    regions, flags, start = [], [], None
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0] if line.strip() else ""
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                start = [int(x, 16) for x in head.split("-")]
+            elif line.startswith("VmFlags:") and start:
+                flag = line.split()[1:]
+                # Ours are plain read-write memory; the kernel marks some of its own (vvar) dd.
+                if {"dd", "rd", "wr"} <= set(flag) and not {"io", "pf"} & set(flag):
+                    regions.append(start)
+                    flags.append(flag)
+    chunks = []
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        for a, b in regions:
+            mem.seek(a)
+            chunks.append(mem.read(b - a))
+    return b"".join(chunks), flags
+
+
+def test_a_forgotten_vector_leaves_the_servers_memory(start_server, engine, photos):
+    """The index's memory is kept out of core dumps and locked against swap (or the load says
+    why not), and a FORGET zeroes the person's vector there at once: a scan of that memory finds
+    obama's stored form before and not after, biden's in both."""
+    server = start_server(gallery={})
+    client = server.http()
+    for photo, name in (("biden.jpg", "biden"), ("obama.jpg", "obama")):
+        [ack] = infer_encoded(client, [photos.bytes(photo)], enroll=name)
+        assert ack["enrolled"]["added"], ack
+    index_form = "i8" if engine.name == "onnx" else "f16"
+    obama = _forms(_enrolled(server.gallery_dir, "obama"), engine.name)[index_form]
+    biden = _forms(_enrolled(server.gallery_dir, "biden"), engine.name)[index_form]
+    held = lambda form, memory: any(w in memory for w in _windows(form))  # noqa: E731
+    memory, flags = _private_memory(server.proc.pid)
+    assert flags, "no region of the server's memory is kept out of core dumps"
+    assert held(obama, memory) and held(biden, memory), "the scan finds both in the index"
+    locked = all("lo" in f for f in flags)
+    assert locked or "not locked against swap" in server.log_text(), flags
+    [gone] = forget(client, "obama")
+    assert gone["forgotten"]["removed"] == 1
+    memory, _ = _private_memory(server.proc.pid)
+    assert not held(obama, memory), "the forgotten vector is still in the index's memory"
+    assert held(biden, memory)
