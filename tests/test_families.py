@@ -80,6 +80,14 @@ def version_dir(server: TritonServer, model: str):
     return server.root / "models" / model / "1"
 
 
+def save_beside(model: onnx.ModelProto, path) -> None:
+    """`model` written at `path` in a test's version folder, in place of the link to the suite's
+    copy of a file of that name (face_onnx_yunet's real YuNet has the test model's name):
+    written through the link, it would replace the real weights for every later test."""
+    path.unlink(missing_ok=True)
+    onnx.save(model, path)
+
+
 @pytest.fixture(scope="module")
 def server(suite_env, tmp_path_factory, engine):
     """Every variant beside the sample `face`, empty galleries."""
@@ -90,7 +98,7 @@ def server(suite_env, tmp_path_factory, engine):
         engine=engine.name, config_edits=ONE_INSTANCE, copies=copies,
     )
     for v in VARIANTS.values():
-        onnx.save(v.build(), version_dir(server, v.name) / v.file)
+        save_beside(v.build(), version_dir(server, v.name) / v.file)
     try:
         server.start(READY_TIMEOUT_S)
         yield server
@@ -283,7 +291,7 @@ def explicit(suite_env, tmp_path_factory, engine, probe):
         extra_args=("--model-control-mode=explicit",),
     )
     for name, (_params, file, build) in BAD.items():
-        onnx.save(build(), version_dir(server, name) / file)
+        save_beside(build(), version_dir(server, name) / file)
     try:
         server.start(READY_TIMEOUT_S)
         client = server.http()
