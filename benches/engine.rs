@@ -5,7 +5,7 @@
 //!   FACE_ONNX_DIR     dir with fr_detect/fr_landmark/fr_feature.onnx
 //!                     (default <repo>/assets/onnx)
 //!   FACE_BENCH_PHOTO  the photo (default <repo>/assets/photos/obama_640x480.jpg)
-//!   FACE_BENCH_ONLY   `decode`, `jpeg-scale`, `engine`, `onnx` or `onnx-batch`: run
+//!   FACE_BENCH_ONLY   `decode`, `jpeg-scale`, `resize`, `engine`, `onnx` or `onnx-batch`: run
 //!                     only that group
 //!
 //! Group "decode": ENCODED bytes to an RGB frame, the bench photo as JPEG
@@ -14,6 +14,11 @@
 //! Group "jpeg-scale": libjpeg-turbo alone, `obama_640x480.jpg` and `obama3.jpg`
 //! (3.3 megapixels) decoded to RGB at 1/1, 1/2, 1/4 and 1/8 of their size
 //! (its DCT scaling): what a decode at the detector's scale would save.
+//! Group "resize": a whole frame to a detector's letterbox, OpenCV's
+//! INTER_LINEAR bit for bit (`pipeline::resize`, what the ONNX engine uses)
+//! against fast_image_resize's bilinear interpolation (within one level):
+//! `obama.jpg` (910x1137) to 512x640, `obama3.jpg` (1434x2333) to 393x640, and
+//! a 1920x1080 frame (the first photo stretched) to 640x360.
 //! Group "engine" (dlib, HOG; the `face` model): `decode` (JPEG -> RGB frame),
 //! `analyze` (detect + landmarks + embed on the decoded frame) and
 //! `decode+analyze` (what the server does for one ENCODED request).
@@ -141,6 +146,56 @@ fn bench_decode(c: &mut Criterion) {
     for photo in photos {
         let (name, bytes) = read_photo(photo);
         group.bench_function(name, |b| b.iter(|| decode(&bytes, MAX_PIXELS)));
+    }
+    group.finish();
+}
+
+/// A whole frame resized to a letterbox's size: ours (OpenCV's pixels)
+/// against fast_image_resize (docs/benchmarks.md, the image work).
+fn bench_resize(c: &mut Criterion) {
+    use fast_image_resize::images::{Image, ImageRef};
+    use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+    use triton_face::pipeline::resize::resize_linear;
+    if !selected("resize") {
+        return;
+    }
+    let obama = decode(&read_photo("assets/photos/obama.jpg").1, MAX_PIXELS);
+    let hd = (1920, 1080);
+    let stretched = resize_linear(&obama.rgb, (910, 1137), hd);
+    let cases = [
+        (
+            "obama.jpg to 512x640",
+            obama.rgb.clone(),
+            (910, 1137),
+            (512, 640),
+        ),
+        (
+            "obama3.jpg to 393x640",
+            decode(&read_photo("assets/photos/obama3.jpg").1, MAX_PIXELS).rgb,
+            (1434, 2333),
+            (393, 640),
+        ),
+        ("1920x1080 to 640x360", stretched, hd, (640, 360)),
+    ];
+    let mut group = c.benchmark_group("resize");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(2));
+    for (name, rgb, (w, h), (nw, nh)) in &cases {
+        assert_eq!(rgb.len(), 3 * w * h, "{name}: the photo's size");
+        group.bench_function(format!("opencv-exact {name}"), |b| {
+            b.iter(|| resize_linear(rgb, (*w, *h), (*nw, *nh)))
+        });
+        let src = ImageRef::new(*w as u32, *h as u32, rgb, PixelType::U8x3).expect("source");
+        let options =
+            ResizeOptions::new().resize_alg(ResizeAlg::Interpolation(FilterType::Bilinear));
+        let mut resizer = Resizer::new();
+        group.bench_function(format!("fast_image_resize {name}"), |b| {
+            b.iter(|| {
+                let mut dst = Image::new(*nw as u32, *nh as u32, PixelType::U8x3);
+                resizer.resize(&src, &mut dst, &options).expect("resize");
+                dst
+            })
+        });
     }
     group.finish();
 }
@@ -519,6 +574,7 @@ criterion_group!(
     benches,
     bench_decode,
     bench_jpeg_scale,
+    bench_resize,
     bench_dlib,
     bench_onnx,
     bench_onnx_batch

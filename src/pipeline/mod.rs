@@ -1,12 +1,14 @@
 //! The face pipeline's data, independent of Triton: frames in, faces out.
 //! `image` turns client bytes into frames, `align` computes the similarity
 //! transform that puts a face's landmarks where the embedder expects them,
-//! `warp` makes the chip by it (for the ONNX engine; dlib warps its own); the
+//! `warp` makes the chip by it (for the ONNX engine; dlib warps its own),
+//! `resize` scales a whole frame as OpenCV does (the detectors' letterbox); the
 //! engines (`crate::engine`) turn frames into faces.
 
 pub mod align;
 pub mod image;
 mod jpeg;
+pub mod resize;
 pub mod warp;
 mod webp;
 

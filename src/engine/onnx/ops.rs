@@ -1,6 +1,7 @@
-//! The image and vector work around the models: resize (fast_image_resize,
-//! bilinear without antialiasing: OpenCV's INTER_LINEAR, which the sample
-//! models' users preprocess with), a region placed in a filled canvas (the
+//! The image and vector work around the models: resize (a whole frame as
+//! OpenCV's INTER_LINEAR, bit for bit: `pipeline::resize`; a part of one
+//! with fast_image_resize's bilinear without antialiasing, within one level
+//! of it), a region placed in a filled canvas (the
 //! letterbox), grey, a mirror image, pixels to an NCHW or NHWC tensor, L2
 //! normalization, non-maximum suppression.
 
@@ -9,6 +10,7 @@ use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer
 
 use super::settings::Normalize;
 use crate::error::{Error, Result};
+use crate::pipeline::resize::resize_linear;
 use crate::pipeline::{BoxPx, Frame};
 
 /// A region of a frame (it may reach past the frame's edges), in the
@@ -72,18 +74,14 @@ pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<Frame> {
     if (2 * w, 2 * h) == (frame.width as usize, frame.height as usize) {
         return Ok(halve(frame));
     }
-    let whole = Rect {
-        x: 0,
-        y: 0,
-        width: frame.width,
-        height: frame.height,
-    };
-    let rgb = resample(
-        (frame.width, frame.height, &frame.rgb),
-        PixelType::U8x3,
-        whole,
-        (w, h),
-    )?;
+    if w == 0 || h == 0 || frame.width == 0 || frame.height == 0 {
+        return Err(Error::internal(format!(
+            "resize {}x{} to {w}x{h}",
+            frame.width, frame.height
+        )));
+    }
+    let size = (frame.width as usize, frame.height as usize);
+    let rgb = resize_linear(&frame.rgb, size, (w, h));
     Ok(Frame {
         width: w as u32,
         height: h as u32,
