@@ -32,6 +32,8 @@ MAX_UPLOAD_MB = float(os.environ.get("FACE_APP_MAX_UPLOAD_MB", "50"))
 PHOTO_TYPES = ["jpg", "jpeg", "png", "bmp", "webp"]
 VIDEO_TYPES = ["mp4", "webm", "mov", "mkv", "avi"]
 LONG_TABLE = 200  # rows; longer tables scroll
+# Selected first where the server has them: the accurate pipeline (OpenCV zoo's YuNet + SFace).
+DEFAULT_MODELS = ("face_onnx_yunet", "face_onnx_yunet_sequence")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Model:
     engine: str
     sequence: bool
     threshold: float
+    decimals: int  # of the distances it answers (its distance_decimals)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.engine}{', sequence' if self.sequence else ''})"
@@ -72,7 +75,9 @@ def face_models(url: str) -> list[Model]:
             params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
             engine = params.get("engine", "dlib")
             threshold = float(params.get("match_threshold") or (0.6 if engine == "dlib" else 0.5))
-            found.append(Model(entry["name"], engine, "sequence_batching" in config, threshold))
+            decimals = int(params.get("distance_decimals") or 2)
+            found.append(Model(entry["name"], engine, "sequence_batching" in config, threshold,
+                               decimals))
     return sorted(found, key=lambda m: (m.sequence, m.name))
 
 
@@ -101,9 +106,15 @@ def table(rows: list[dict]) -> None:
         st.dataframe(rows, hide_index=True)
 
 
-def face_rows(faces: list[dict]) -> list[dict]:
-    return [{"name": f.get("name"), "distance": f.get("distance"), "score": f.get("score"),
-             "box": "{left},{top} - {right},{bottom}".format(**f["box"])} for f in faces]
+def shown(distance: float | None, decimals: int) -> str | None:
+    """A distance with the decimals the answer has (a table would show four)."""
+    return None if distance is None else f"{distance:.{decimals}f}"
+
+
+def face_rows(faces: list[dict], decimals: int) -> list[dict]:
+    return [{"name": f.get("name"), "distance": shown(f.get("distance"), decimals),
+             "score": f.get("score"), "box": "{left},{top} - {right},{bottom}".format(**f["box"])}
+            for f in faces]
 
 
 def show_photo(client, model: Model, name: str, data: bytes, threshold: float, as_json: bool):
@@ -127,7 +138,7 @@ def show_photo(client, model: Model, name: str, data: bytes, threshold: float, a
     right.markdown(f"**{name}**: {len(faces)} face(s)" + (f"; {', '.join(named)}" if named else ""))
     if faces:
         with right:
-            table(face_rows(faces))
+            table(face_rows(faces, model.decimals))
     if as_json:
         right.json(doc)
 
@@ -245,7 +256,8 @@ def run_video(client, model: Model, source: Path, every: int, work: Path) -> dic
     bar.empty()
     preview.empty()
     return {"source": source.name, "ended": run.ended, "failed": run.failed, "frames": run.sent,
-            "fps": run.fps, "rows": video.people_table(run),
+            "fps": run.fps, "rows": [{**row, "best_distance": shown(row["best_distance"], model.decimals)}
+                                     for row in video.people_table(run)],
             "video": run.video.read_bytes() if run.video.exists() else None,
             "report": run.document(model.name)}
 
@@ -277,6 +289,12 @@ def main():
         page(client, url)
 
 
+def preferred(models: list[Model]) -> int:
+    """The first of DEFAULT_MODELS the list holds, else its first."""
+    names = [m.name for m in models]
+    return next((names.index(n) for n in DEFAULT_MODELS if n in names), 0)
+
+
 def page(client, url: str):
     """The sidebar and the three tabs, on the server at `url`."""
     try:
@@ -288,9 +306,11 @@ def page(client, url: str):
         st.error(f"The server at {url} has no ready model of backend `face`.")
         return
     st.sidebar.markdown("**Models**\n\n" + "\n".join(f"- {m}" for m in models))
-    model = st.sidebar.selectbox("Model (photos, people)", models, format_func=str, key="model")
+    model = st.sidebar.selectbox("Model (photos, people)", models, index=preferred(models),
+                                 format_func=str, key="model")
     sequences = [m for m in models if m.sequence]
-    video_model = st.sidebar.selectbox("Sequence model (video)", sequences, format_func=str,
+    video_model = st.sidebar.selectbox("Sequence model (video)", sequences,
+                                       index=preferred(sequences), format_func=str,
                                        key="video_model") if sequences else None
     st.sidebar.caption(f"Uploads up to {MAX_UPLOAD_MB:g} MB")
     photos, people, clips = st.tabs(["Photos", "People", "Video"])

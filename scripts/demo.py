@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Demo client for the `face` model: enroll a person, recognize people in the
 sample photos, print each JSON answer and save a copy of each photo with the
-boxes and names drawn (out/<photo>); then one sequence on `face_sequence`.
+boxes and names drawn (out/<photo>); then the same photos on `face_onnx_yunet` (OpenCV
+zoo's YuNet + SFace, the accurate pipeline) and one sequence on `face_sequence`.
 
     python scripts/demo.py --url localhost:8000 --photos assets/photos --out out
 """
@@ -67,7 +68,8 @@ def main():
     ap.add_argument("--enroll-name", default="obama")
     ap.add_argument("--enroll-photo", default="obama.jpg")
     ap.add_argument("--recognize", nargs="*", default=["obama2.jpg", "obama3.jpg", "biden.jpg", "noface.jpg"])
-    ap.add_argument("--onnx-model", default="face_onnx", help="ONNX-engine model ('' to skip)")
+    ap.add_argument("--onnx-model", default="face_onnx_yunet",
+                    help="ONNX-engine model, the accurate pipeline by default ('' to skip)")
     ap.add_argument("--sequence-model", default="face_sequence", help="stateful model ('' to skip)")
     ap.add_argument("--sequence", nargs="*", default=["obama2.jpg", "biden.jpg", "obama3.jpg", "noface.jpg"])
     args = ap.parse_args()
@@ -90,7 +92,7 @@ def main():
         print(f"   drawn: {draw(photo, doc, args.out)}")
 
     if args.onnx_model:
-        print(f"== the same photos on {args.onnx_model} (ONNX engine, tract; gallery: obama, biden)")
+        print(f"== the same photos on {args.onnx_model} (ONNX engine; gallery: obama, biden)")
         for name in args.recognize:
             doc = infer(client, args.onnx_model, args.photos / name)
             faces = ", ".join(

@@ -483,15 +483,19 @@ step_model_repository() {
     # BlazeFace's file is linked by step_assets (the manifest's links column), the embedder here.
     link_onnx face_onnx_blazeface fr_feature.onnx
     seed_gallery face_onnx_blazeface obama.jpg biden.jpg
-    # YuNet and SFace are linked by step_assets (the manifest's links column).
+    # YuNet and SFace are linked by step_assets (the manifest's links column), here for the
+    # sequence twin.
     seed_gallery face_onnx_yunet obama.jpg biden.jpg
+    link_onnx face_onnx_yunet_sequence face_detection_yunet_2023mar.onnx \
+        face_recognition_sface_2021dec.onnx
+    seed_gallery face_onnx_yunet_sequence obama.jpg biden.jpg
     # dlib's ResNet as ONNX and the int8 copies (and their links) come from scripts/models.sh,
     # after the build.
     link_onnx face_onnx_resnet fr_detect.onnx fr_landmark.onnx dlib_resnet.onnx
     seed_gallery face_onnx_resnet obama.jpg biden.jpg
     link_onnx face_onnx_int8 fr_detect.onnx fr_landmark.onnx dlib_resnet.onnx
     seed_gallery face_onnx_int8 obama.jpg biden.jpg
-    log "model repository: face, face_sequence (dlib weights linked), face_onnx, face_onnx_sequence, face_onnx_blazeface, face_onnx_yunet, face_onnx_resnet, face_onnx_int8 (ONNX models linked), galleries seeded"
+    log "model repository: face, face_sequence (dlib weights linked), face_onnx, face_onnx_sequence, face_onnx_blazeface, face_onnx_yunet, face_onnx_yunet_sequence, face_onnx_resnet, face_onnx_int8 (ONNX models linked), galleries seeded"
 }
 
 # The sample video (scripts/sample_video.py, from the sample photos; no video ships in the

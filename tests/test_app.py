@@ -10,6 +10,7 @@ AppTest runs the script in this process, as `streamlit run` would, without a bro
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 
 import pytest
@@ -90,6 +91,10 @@ def test_sample_photos_named_and_drawn(app_server, monkeypatch):
     assert "**biden.jpg**: 1 face(s); biden" in said
     assert "**noface.jpg**: 0 face(s)" in said
     assert len(app.image) >= 3, "an annotated image per photo"
+    # Distances as the answer gives them (distance_decimals 2), not a table's four decimals.
+    distances = [d for t in app.table if "distance" in t.value for d in t.value["distance"]
+                 if d is not None]
+    assert distances and all(re.fullmatch(r"\d\.\d\d", d) for d in distances), distances
     assert not app.error
 
 
@@ -262,8 +267,9 @@ def test_no_server_at_a_remote_url_is_a_message(monkeypatch, engine):
 @pytest.mark.engines("dlib")
 def test_starts_a_server_when_none_runs(monkeypatch, suite_env, engine):
     """At a free local port the app starts tritonserver on model_repository/ (the library
-    scripts/build.sh installed there) and lists its three sample models."""
-    for model in ("face", "face_onnx", SEQUENCE_MODEL):
+    scripts/build.sh installed there), lists its sample models and picks the accurate
+    pipeline (YuNet + SFace) for photos and for video."""
+    for model in ("face", "face_onnx", SEQUENCE_MODEL, "face_onnx_yunet", "face_onnx_yunet_sequence"):
         lib = REPO_ROOT / "model_repository" / model / "libtriton_face.so"
         if not lib.is_file():
             pytest.fail(f"{lib} missing: run scripts/build.sh (scripts/test.sh does)", pytrace=False)
@@ -275,5 +281,7 @@ def test_starts_a_server_when_none_runs(monkeypatch, suite_env, engine):
         sidebar = " ".join(texts(app.sidebar, "markdown"))
         for shown in ("face (dlib)", "face_onnx (onnx)", f"{SEQUENCE_MODEL} (dlib, sequence)"):
             assert shown in sidebar
+        assert app.selectbox(key="model").value.name == "face_onnx_yunet"
+        assert app.selectbox(key="video_model").value.name == "face_onnx_yunet_sequence"
     finally:
         local_server.stop_all()

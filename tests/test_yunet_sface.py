@@ -6,21 +6,30 @@ values; the sample photos are named against the sample gallery at SFace's publis
 and on the same input OpenCV's own API is the reference, computed here: its detector on our
 letterbox (cv2.resize's pixels, which the backend reproduces bit for bit) finds the same faces,
 points within 0.01 px and boxes within half a pixel (ours are whole pixels), and its
-recognizer's feature of its own aligned crop is our embedding (cosine >= 0.9999)."""
+recognizer's feature of its own aligned crop is our embedding (cosine >= 0.9999). Its sequence
+twin names everyone in the sample video."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 
 import cv2
 import numpy as np
 import pytest
 
+from environment import REPO_ROOT
 from face_client import encoded_tensors, infer, names, pixel_tensors
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import video_score  # noqa: E402
 
 pytestmark = pytest.mark.engines("onnx")
 
 MODEL = "face_onnx_yunet"
+SEQUENCE_MODEL = "face_onnx_yunet_sequence"
 DETECTOR = "face_detection_yunet_2023mar.onnx"
 EMBEDDER = "face_recognition_sface_2021dec.onnx"
 THRESHOLD = 1 - 0.363
@@ -102,3 +111,23 @@ def test_as_exact_as_opencvs_own_api_on_the_same_input(yunet, photos, photo):
         # are OpenCV's up to float rounding (measured within 0.0002 px, cosine 0.999998 or
         # more; the issue's goal is 0.999).
         assert cos >= 0.9999, cos
+
+
+def test_the_sequence_twin_names_everyone_in_the_sample_video(start_module_server, sample_video,
+                                                              tmp_path):
+    """face_onnx_yunet_sequence, the accurate pipeline for video: the sample video through
+    scripts/video.py, scored against its truth (scripts/video_score.py)."""
+    server = start_module_server(model=SEQUENCE_MODEL)
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "video.py"), str(sample_video.path), "--url",
+         f"127.0.0.1:{server.http_port}", "--model", SEQUENCE_MODEL, "--out", str(tmp_path),
+         "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "sample.json").read_text())
+    assert report["frames_sent"] == sample_video.frames == len(report["frames"])
+    scored = video_score.score(report["frames"], sample_video.truth)
+    print(scored.row())
+    assert scored.named_share >= 0.95 and scored.false_names == 0, scored.row()
+    assert scored.id_switches == 0 and scored.box_share >= 0.9, scored.row()
+    people = {p["name"] for p in report["summary"]["people"]}
+    assert people >= {"obama", "biden"}, report["summary"]
