@@ -91,6 +91,7 @@ fn case(l: Spec) -> Case {
     let prep = Prep {
         size: l.size,
         placement: reference.placement,
+        sizing: reference.sizing,
         fill: reference.fill,
         norm: reference.norm,
         layout: l.layout,

@@ -19,7 +19,7 @@
 //! the ArcFace template puts them for those eyes.
 
 use super::{
-    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit,
+    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit, Sizing,
 };
 use super::{Placement, Reference};
 use crate::engine::onnx::ops::Layout;
@@ -37,6 +37,7 @@ pub static FAMILY: Family = Family {
     reference: Reference {
         size: None,
         placement: Placement::LetterboxCentre,
+        sizing: Sizing::Round,
         fill: 0,
         norm: Normalize {
             rgb: true,

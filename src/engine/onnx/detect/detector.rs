@@ -190,6 +190,7 @@ impl Stage {
         let prep = Prep {
             size: graph.size,
             placement: asked.placement.unwrap_or(reference.placement),
+            sizing: reference.sizing,
             fill: reference.fill,
             norm: Normalize {
                 rgb: asked.rgb.unwrap_or(reference.norm.rgb),

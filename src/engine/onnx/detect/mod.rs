@@ -30,6 +30,7 @@ use super::ops::Layout;
 use super::settings::Normalize;
 pub use super::settings::Placement;
 use crate::error::{Error, Result};
+pub use prep::Sizing;
 
 pub(super) use crate::pipeline::align::Five;
 
@@ -80,6 +81,8 @@ pub struct Reference {
     /// For a model whose input size is free; `None`: a fixed-size family.
     pub size: Option<(usize, usize)>,
     pub placement: Placement,
+    /// How a letterbox's size and scale are reckoned.
+    pub sizing: Sizing,
     pub fill: u8,
     pub norm: Normalize,
     pub threshold: f32,

@@ -8,12 +8,26 @@ use crate::engine::onnx::settings::{Normalize, Placement};
 use crate::error::Result;
 use crate::pipeline::{BoxPx, Frame};
 
+/// How a letterbox's scaled size and its way back are reckoned: as each
+/// family's reference code does, so the model sees the same pixels and the
+/// points come back to the same place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sizing {
+    /// Each side rounded to the nearest pixel, each axis mapped back by its
+    /// own scale.
+    Round,
+    /// insightface's `SCRFD.detect`: the side that fills the input whole,
+    /// the other truncated (`int()`), one scale (the height's) for both axes.
+    Insightface,
+}
+
 /// A detector's input preparation, settled at load.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prep {
     /// The input's (width, height).
     pub size: (usize, usize),
     pub placement: Placement,
+    pub sizing: Sizing,
     /// The byte value the letterbox's border is filled with (each channel).
     pub fill: u8,
     pub norm: Normalize,
@@ -59,11 +73,7 @@ impl Prep {
         let (scaled, offset) = match self.placement {
             Placement::Stretch => ((w, h), (0.0, 0.0)),
             Placement::LetterboxTopLeft | Placement::LetterboxCentre => {
-                let ratio = (w / rw).min(h / rh);
-                let scaled = (
-                    (rw * ratio).round().clamp(1.0, w),
-                    (rh * ratio).round().clamp(1.0, h),
-                );
+                let scaled = self.letterboxed((w, h), (rw, rh));
                 let offset = match self.placement {
                     Placement::LetterboxCentre => (
                         ((w - scaled.0) / 2.0).floor(),
@@ -74,12 +84,39 @@ impl Prep {
                 (scaled, offset)
             }
         };
+        let scale = match (self.placement, self.sizing) {
+            (Placement::Stretch, _) | (_, Sizing::Round) => [scaled.0 / rw, scaled.1 / rh],
+            (_, Sizing::Insightface) => [scaled.1 / rh; 2],
+        };
         let mapping = Mapping {
             origin: [region.left, region.top],
-            scale: [scaled.0 / rw, scaled.1 / rh],
+            scale,
             offset: [offset.0, offset.1],
         };
         (mapping, (scaled.0 as usize, scaled.1 as usize))
+    }
+
+    /// The size a `rw`x`rh` region is scaled to, to fit a `w`x`h` input whole.
+    fn letterboxed(&self, (w, h): (f32, f32), (rw, rh): (f32, f32)) -> (f32, f32) {
+        match self.sizing {
+            Sizing::Round => {
+                let ratio = (w / rw).min(h / rh);
+                (
+                    (rw * ratio).round().clamp(1.0, w),
+                    (rh * ratio).round().clamp(1.0, h),
+                )
+            }
+            Sizing::Insightface => {
+                // In double, as Python computes it.
+                let (w, h, rw, rh) = (w as f64, h as f64, rw as f64, rh as f64);
+                let image_ratio = rh / rw;
+                let (sw, sh) = match image_ratio > h / w {
+                    true => ((h / image_ratio).trunc(), h),
+                    false => (w, (w * image_ratio).trunc()),
+                };
+                (sw.clamp(1.0, w) as f32, sh.clamp(1.0, h) as f32)
+            }
+        }
     }
 
     /// `region` of `frame` as the input, appended to `data`; where it went.
@@ -113,6 +150,7 @@ mod tests {
         Prep {
             size,
             placement,
+            sizing: Sizing::Round,
             fill: 0,
             norm: Normalize::plain(true),
             layout: Layout::Nchw,
@@ -150,5 +188,31 @@ mod tests {
         assert_eq!(scaled, (100, 100));
         assert_eq!(m.to_frame([0.0, 0.0]), [-50.0, 100.0]);
         assert_eq!(m.to_frame([50.0, 50.0]), [50.0, 200.0]);
+    }
+
+    /// insightface's SCRFD sizing: biden.jpg (970x2204) is 281 wide where
+    /// rounding makes it 282 (640 / 2.2722 = 281.67), and a point comes back
+    /// by the height's scale on both axes.
+    #[test]
+    fn insightface_sizing_truncates_and_keeps_one_scale() {
+        let photo = Region {
+            left: 0.0,
+            top: 0.0,
+            width: 970.0,
+            height: 2204.0,
+        };
+        let mut p = prep(Placement::LetterboxTopLeft, (640, 640));
+        assert_eq!(p.mapping(&photo).1, (282, 640));
+        p.sizing = Sizing::Insightface;
+        let (m, scaled) = p.mapping(&photo);
+        assert_eq!(scaled, (281, 640));
+        let back = 2204.0 / 640.0;
+        assert_eq!(m.to_frame([100.0, 100.0]), [100.0 * back, 100.0 * back]);
+        let wide = Region {
+            width: 1920.0,
+            height: 1080.0,
+            ..photo
+        };
+        assert_eq!(p.mapping(&wide).1, (640, 360));
     }
 }

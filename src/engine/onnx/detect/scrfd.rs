@@ -11,7 +11,9 @@
 //! NMS 0.4. insightface's `model_zoo/retinaface.py` reads the same layout.
 
 use super::grid::{levels, strides_text, Level};
-use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference};
+use super::{
+    check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference, Sizing,
+};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
@@ -20,6 +22,7 @@ pub static FAMILY: Family = Family {
     reference: Reference {
         size: Some((640, 640)),
         placement: Placement::LetterboxTopLeft,
+        sizing: Sizing::Insightface,
         fill: 0,
         norm: Normalize {
             rgb: true,

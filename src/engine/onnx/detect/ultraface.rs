@@ -4,7 +4,9 @@
 //! No points: a `landmark_model` gives them. Input stretched to the model's
 //! size (320x240 where free), RGB, (v - 127) / 128; threshold 0.7, NMS 0.3.
 
-use super::{check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference};
+use super::{
+    check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference, Sizing,
+};
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
 
@@ -13,6 +15,7 @@ pub static FAMILY: Family = Family {
     reference: Reference {
         size: Some((320, 240)),
         placement: Placement::Stretch,
+        sizing: Sizing::Round,
         fill: 0,
         norm: Normalize {
             rgb: true,

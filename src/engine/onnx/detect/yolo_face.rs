@@ -23,7 +23,7 @@
 
 use super::grid::{levels, Level};
 use super::{
-    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit,
+    at_least, check_lengths, logit, sigmoid, Candidate, Decode, Family, Five, Graph, Misfit, Sizing,
 };
 use super::{Placement, Reference};
 use crate::engine::onnx::settings::Normalize;
@@ -39,6 +39,7 @@ pub static FAMILY: Family = Family {
     reference: Reference {
         size: Some((640, 640)),
         placement: Placement::LetterboxCentre,
+        sizing: Sizing::Round,
         fill: 114,
         norm: Normalize {
             rgb: true,

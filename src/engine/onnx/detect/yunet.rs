@@ -12,7 +12,7 @@
 
 use super::grid::{levels, Level};
 use super::{
-    at_least, check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference,
+    at_least, check_lengths, Candidate, Decode, Family, Graph, Misfit, Placement, Reference, Sizing,
 };
 use crate::engine::onnx::settings::Normalize;
 use crate::error::Result;
@@ -26,6 +26,7 @@ pub static FAMILY: Family = Family {
     reference: Reference {
         size: Some((640, 640)),
         placement: Placement::LetterboxTopLeft,
+        sizing: Sizing::Round,
         fill: 0,
         norm: Normalize {
             rgb: false,
