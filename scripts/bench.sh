@@ -14,9 +14,11 @@
 #      Python-backend reference models of benches/python_reference/ (their
 #      venv: scripts/bench_setup.sh, ~20 min the first time, to build dlib):
 #      `face_onnx_py_expert` and `face_onnx_py_as_deployed` (face_onnx's models
-#      with onnxruntime in Python, two profiles) and `face_recognition_py`
-#      (the face_recognition library: dlib, as `face`);
-#   3. perf_analyzer at concurrency 1 and 2 against `face` and `face_onnx`,
+#      with onnxruntime in Python, two profiles), `face_recognition_py`
+#      (the face_recognition library: dlib, as `face`) and `face_yunet_py`
+#      (face_onnx_yunet's YuNet + SFace through OpenCV's own API);
+#   3. perf_analyzer at concurrency 1 and 2 against `face` and `face_onnx`
+#      (`face_onnx_yunet` and `face_yunet_py`: 2 and 8),
 #      sending the photo once as ENCODED (JPEG bytes) and once as IMAGE
 #      (480x640x3 RGB pixels), and against the comparison models with ENCODED;
 #      every response is checked against the faces the server found in a first
@@ -157,14 +159,18 @@ trap cleanup EXIT
 # of the library for all the `face` models.
 mkdir -p "$WORK/backends/face"
 install -m 0755 "$LIBRARY" "$WORK/backends/face/libtriton_face.so"
-MODELS=(face face_onnx face_sequence)
+MODELS=(face face_onnx face_sequence face_onnx_yunet)
 ONNX_MODELS=(face_onnx)
+YUNET_MODELS=(face_onnx_yunet)
 # The same work for comparison (BENCH_REFERENCE=1).
 COMPARED=()
 if [ "$REFERENCE" = 1 ]; then
-    MODELS+=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py)
+    MODELS+=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py
+        face_yunet_py)
     ONNX_MODELS+=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed)
-    COMPARED=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py)
+    YUNET_MODELS+=(face_yunet_py)
+    COMPARED=(face_onnx_tract face_onnx_py_expert face_onnx_py_as_deployed face_recognition_py
+        face_yunet_py)
     # The python backend of the wheel's server, with the stub for its Python (3.11):
     # the wheel keeps the stubs apart (pytriton copies one in at run time).
     TRITON_DIST="$(dirname "$(dirname "$TRITONSERVER")")"
@@ -189,7 +195,7 @@ model_config() {
                 -e "s/\(key: \"profile\" *value: { string_value: \"\)[^\"]*/\1${model#face_onnx_py_}/" \
                 "$py/face_onnx_py/config.pbtxt"
             ;;
-        face_recognition_py) cat "$py/face_recognition_py/config.pbtxt" ;;
+        face_recognition_py | face_yunet_py) cat "$py/$model/config.pbtxt" ;;
         *) cat "model_repository/$model/config.pbtxt" ;;
     esac
 }
@@ -208,7 +214,7 @@ for model in "${MODELS[@]}"; do
     fi
     case "$model" in
         face_onnx_py_*) cp benches/python_reference/face_onnx_py/1/model.py "$dir/1/" ;;
-        face_recognition_py) cp benches/python_reference/face_recognition_py/1/model.py "$dir/1/" ;;
+        face_recognition_py | face_yunet_py) cp "benches/python_reference/$model/1/model.py" "$dir/1/" ;;
     esac
     case "$model" in
         *_py*) cp benches/python_reference/reference_common.py "$dir/1/" ;;
@@ -217,6 +223,12 @@ for model in "${MODELS[@]}"; do
 done
 for model in "${ONNX_MODELS[@]}"; do
     for f in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
+        [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
+        ln -s "$ONNX_DIR/$f" "$WORK/models/$model/1/$f"
+    done
+done
+for model in "${YUNET_MODELS[@]}"; do
+    for f in face_detection_yunet_2023mar.onnx face_recognition_sface_2021dec.onnx; do
         [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
         ln -s "$ONNX_DIR/$f" "$WORK/models/$model/1/$f"
     done
@@ -241,7 +253,7 @@ for model in face face_onnx; do
     "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model "$model" \
         --photo "$PHOTO" --out "$WORK"
 done
-for model in "${COMPARED[@]}"; do
+for model in face_onnx_yunet "${COMPARED[@]}"; do
     "$PYTHON" scripts/perf_input.py --url "localhost:$HTTP_PORT" --model "$model" \
         --variants encoded --photo "$PHOTO" --out "$WORK"
 done
@@ -259,7 +271,11 @@ declare -A BENCH_OF=(
     [face_onnx_tract/encoded]=onnx-tract/decode+analyze
     [face_onnx_py_expert/encoded]=- [face_onnx_py_as_deployed/encoded]=-
     [face_recognition_py/encoded]=-
+    [face_onnx_yunet/encoded]=- [face_yunet_py/encoded]=-
 )
+# The concurrencies of each closed-loop run (perf_analyzer's start:end:step): the YuNet pair
+# at 2 and 8, as issue 83 compares them with OpenCV's own API.
+declare -A LEVELS_OF=([face_onnx_yunet/encoded]=2:8:6 [face_yunet_py/encoded]=2:8:6)
 LOAD_SERVER="$(cut -d' ' -f1 /proc/loadavg)"
 rm -f "$OUT"/bench-*.csv
 report_args=()
@@ -270,6 +286,8 @@ measure() {
     local model=$1 variant=$2 name=$3 window=$4 what=$5
     shift 5
     log "perf_analyzer: $model $variant, $what, 3 x $window ms each (log: out/$name.log)"
+    # The warm-up sends at least as many requests as the highest concurrency: perf_analyzer
+    # 2.51 waits forever at concurrency 8 after a warm-up of 4.
     # perf_analyzer once hung in the warm-up of the sequence run with the
     # server idle and every request answered: a run that overstays its
     # windows by far is killed and tried once more.
@@ -277,7 +295,7 @@ measure() {
     for try in 1 2; do
         rc=0
         timeout --kill-after=10 "$limit" "$PERF_ANALYZER" -m "$model" -u "$URL" -i "$PROTOCOL" \
-            -v --input-data "$WORK/$model-$variant.json" --warmup-request-count 4 \
+            -v --input-data "$WORK/$model-$variant.json" --warmup-request-count 8 \
             --measurement-interval "$window" --max-trials 3 --stability-percentage 1000 \
             -f "$OUT/$name.csv" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
         [ "$rc" = 124 ] || [ "$rc" = 137 ] || break
@@ -311,6 +329,7 @@ RUNS=()
 for model in face face_onnx; do
     RUNS+=("$model/encoded" "$model/image")
 done
+RUNS+=(face_onnx_yunet/encoded)
 for model in "${COMPARED[@]}"; do
     RUNS+=("$model/encoded")
 done
@@ -325,8 +344,9 @@ for round in $(seq 1 "$ROUNDS"); do
     for run in "${order[@]}"; do
         model="${run%/*}" variant="${run#*/}"
         name="bench-$model-$variant-r$round"
+        levels="${LEVELS_OF[$run]:-1:2}"
         measure "$model" "$variant" "$name" "$((WINDOW_MS / ROUNDS))" \
-            "round $round of $ROUNDS, concurrency 1 and 2" --concurrency-range 1:2
+            "round $round of $ROUNDS, concurrency $levels" --concurrency-range "$levels"
         ROUND_CSVS[$run]+="${ROUND_CSVS[$run]:+,}$OUT/$name.csv"
     done
 done
@@ -364,6 +384,7 @@ if [ "$REFERENCE" = 1 ]; then
         --ratio face_onnx:ENCODED/face_onnx_py_as_deployed:ENCODED
         --ratio face_onnx_tract:ENCODED/face_onnx_py_as_deployed:ENCODED
         --ratio face:ENCODED/face_recognition_py:ENCODED
+        --ratio face_onnx_yunet:ENCODED/face_yunet_py:ENCODED
     )
 fi
 "$PYTHON" scripts/bench_report.py "${report_args[@]}" \

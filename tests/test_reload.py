@@ -2,8 +2,8 @@
 instances) beside a copy that stays loaded, as an operator who reloads on every config change
 would; after the first 20 (the allocators' warm-up) the server's RSS stays flat. What an unload
 freed goes back to the system (malloc_trim at ModelFinalize): without it each glibc heap a
-load's threads used kept its high-water mark, 669 to 697 MiB where this holds about 285
-(docs/benchmarks.md, "Reloads")."""
+load's threads used kept its high-water mark, and the server about doubled (docs/benchmarks.md,
+"Reloads", has today's figures)."""
 
 from __future__ import annotations
 

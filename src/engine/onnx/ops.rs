@@ -163,9 +163,8 @@ pub(super) fn mirror(frame: &Frame) -> Frame {
 /// The frame at half its size, each pixel the rounded mean of a 2x2 block:
 /// what OpenCV's INTER_LINEAR does for an exact half (it switches to its
 /// INTER_AREA path), so a 640x480 camera frame gives the sample detector the
-/// very pixels OpenCV gives; and in half the time fast_image_resize takes
-/// (0.11 against 0.21-0.25 ms, docs/benchmarks.md "Decoding and the image
-/// work").
+/// very pixels OpenCV gives, faster than the general resize (0.110 ms,
+/// docs/benchmarks.md, Decoding).
 fn halve(frame: &Frame) -> Frame {
     let (w, h) = (frame.width as usize / 2, frame.height as usize / 2);
     let row = 3 * frame.width as usize;
