@@ -6,7 +6,7 @@ between photos of one person and of different people, and a `match_threshold` th
 them with its margin on both sides.
 
     python scripts/model_check.py DETECTOR.onnx EMBEDDER.onnx [--photos DIR]
-        [--landmark-model LANDMARKS.onnx] [--param KEY=VALUE ...]
+        [--landmark-model LANDMARKS.onnx] [--param KEY=VALUE ...] [--time PHOTO]
     make model-check DETECTOR=det.onnx EMBEDDER=emb.onnx [PHOTOS=dir]
 
 Photos: a folder per person (DIR/alice/*.jpg), or files named after their person
@@ -198,6 +198,19 @@ def recommend(same: list[float], different: list[float]) -> tuple[float | None, 
         f"the fewest pairs on the wrong side ({wrong(best)} of {len(same) + len(different)})")
 
 
+def frame_time(client, photo: Path, count: int = 21) -> str:
+    """The server's milliseconds for `photo`, stage by stage: the median of `count` requests
+    sent one at a time (its `timings` parameter), after one to warm up."""
+    runs = []
+    for _ in range(count + 1):
+        doc = face_api.infer(client, MODEL, {"timings": True}, photo=photo.read_bytes())
+        runs.append(doc["timings_ms"])
+    stages = {k: float(np.median([r[k] for r in runs[1:]])) for k in runs[0]}
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+    total = float(np.median([sum(r.values()) for r in runs[1:]]))
+    return f"== {photo.name}: {total:.1f} ms ({parts}; median of {count}, one at a time)\n"
+
+
 def span(values: list[float]) -> str:
     return f"{min(values):.3f} - {max(values):.3f} ({len(values)} pairs)" if values else "none"
 
@@ -237,6 +250,8 @@ def check(args: argparse.Namespace) -> None:
         print(f"different people:  {span(different)}")
         threshold, why = recommend(same, different)
         print(f"\n== {why}\n")
+        if args.time:
+            print(frame_time(client, args.time))
     served = {k: v for k, v in params.items() if k != "return_embeddings"}
     served.update(settings)
     for key in ("detector_model", "embedder_model", "landmark_model"):
@@ -255,6 +270,8 @@ def main() -> int:
     parser.add_argument("--photos", type=Path, help="a folder per person, or name_*.jpg files")
     parser.add_argument("--landmark-model", type=Path,
                         help="a 68-point model, for a detector without points (UltraFace)")
+    parser.add_argument("--time", type=Path, metavar="PHOTO",
+                        help="also time this photo through the server, stage by stage")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a model parameter (docs/parameters.md), e.g. detector_family=scrfd")
     args = parser.parse_args()
