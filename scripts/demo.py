@@ -96,7 +96,7 @@ def main():
         for name in args.recognize:
             doc = infer(client, args.onnx_model, args.photos / name)
             faces = ", ".join(
-                f["name"] if f["distance"] is None else f"{f['name']} ({f['distance']:.3f})"
+                f["name"] if f["distance"] is None else f"{f['name']} ({f['distance']})"
                 for f in doc["faces"]
             ) or "no face"
             print(f"   {name}: {faces}")
