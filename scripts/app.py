@@ -256,8 +256,9 @@ def run_video(client, model: Model, source: Path, every: int, work: Path) -> dic
     bar.empty()
     preview.empty()
     return {"source": source.name, "ended": run.ended, "failed": run.failed, "frames": run.sent,
-            "fps": run.fps, "rows": [{**row, "best_distance": shown(row["best_distance"], model.decimals)}
-                                     for row in video.people_table(run)],
+            "fps": run.fps,
+            "rows": [{**row, "best_distance": shown(row["best_distance"], model.decimals)}
+                     for row in video.people_table(run)],
             "video": run.video.read_bytes() if run.video.exists() else None,
             "report": run.document(model.name)}
 

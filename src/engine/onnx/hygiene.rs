@@ -20,8 +20,9 @@
 //!   off them, so onnxruntime may fold them (BatchNormalization into Conv).
 //!
 //! All work on the ONNX protobuf before either runtime parses it; the two
-//! runtimes differ only in the PRelu form (`PreluForm`). Each step has a
-//! model parameter to turn it off.
+//! runtimes differ only in the PRelu form (`PreluForm`). The first two steps
+//! each have a model parameter to turn them off; the third changes nothing
+//! but what the runtime may fold (the engine feeds only the image).
 
 use std::collections::HashSet;
 
@@ -171,9 +172,7 @@ fn default_opset(model: &ModelProto) -> i64 {
 fn initializers_out_of_inputs(graph: &mut GraphProto) -> usize {
     let weights: HashSet<&String> = graph.initializer.iter().map(|t| &t.name).collect();
     let before = graph.input.len();
-    let inputs = std::mem::take(&mut graph.input);
-    let (kept, _): (Vec<_>, Vec<_>) = inputs.into_iter().partition(|v| !weights.contains(&v.name));
-    graph.input = kept;
+    graph.input.retain(|v| !weights.contains(&v.name));
     before - graph.input.len()
 }
 
