@@ -221,17 +221,20 @@ for model in "${MODELS[@]}"; do
     esac
     cp "$FACE_PHOTOS/obama.jpg" "$FACE_PHOTOS/biden.jpg" "$dir/gallery/"
 done
-for model in "${ONNX_MODELS[@]}"; do
-    for f in fr_detect.onnx fr_landmark.onnx fr_feature.onnx; do
+# link_onnx MODEL FILE...: the files of assets/onnx in MODEL's version folder.
+link_onnx() {
+    local model=$1 f
+    shift
+    for f; do
         [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
         ln -s "$ONNX_DIR/$f" "$WORK/models/$model/1/$f"
     done
+}
+for model in "${ONNX_MODELS[@]}"; do
+    link_onnx "$model" fr_detect.onnx fr_landmark.onnx fr_feature.onnx
 done
 for model in "${YUNET_MODELS[@]}"; do
-    for f in face_detection_yunet_2023mar.onnx face_recognition_sface_2021dec.onnx; do
-        [ -f "$ONNX_DIR/$f" ] || die "$ONNX_DIR/$f not found (run scripts/setup.sh)"
-        ln -s "$ONNX_DIR/$f" "$WORK/models/$model/1/$f"
-    done
+    link_onnx "$model" face_detection_yunet_2023mar.onnx face_recognition_sface_2021dec.onnx
 done
 
 read -r HTTP_PORT GRPC_PORT METRICS_PORT < <("$PYTHON" -c '

@@ -2,6 +2,7 @@
 images, one response per request, and distances written as the Rust backend writes them.
 scripts/bench.sh copies this file beside each model.py (the Python backend imports from there)."""
 
+import math
 import os
 
 import numpy as np
@@ -14,6 +15,12 @@ def f32(x):
     """A float32 as JSON writes it: its shortest round-trip form (as the Rust backend's
     serde_json does), not float64 noise."""
     return float(str(np.float32(x)))
+
+
+def round_half_away(x):
+    """Rust's f32::round (half away from zero), as the backend rounds its boxes; not Python's
+    banker's rounding."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
 def gallery_images(folder):

@@ -21,7 +21,6 @@ Inputs: ENCODED (image bytes, decoded by OpenCV) or IMAGE (HxWx3 pixels,
 `pixel_format`); ENROLL is not supported. Output RESULT: one JSON document per image.
 """
 import json
-import math
 import os
 import sys
 
@@ -32,7 +31,8 @@ import triton_python_backend_utils as pb_utils
 
 # reference_common.py sits beside this file in the served repository (scripts/bench.sh).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_common import f32, load_gallery, request_images, respond  # noqa: E402
+from reference_common import (  # noqa: E402
+    f32, load_gallery, request_images, respond, round_half_away)
 
 # ArcFace reference points in a 112x112 chip (src/pipeline/align.rs).
 ARCFACE_112 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366],
@@ -40,11 +40,6 @@ ARCFACE_112 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.736
 PROFILES = ("expert", "as_deployed")
 # Weights smaller than this are denormal-range noise (profile expert).
 TINY = 1e-10
-
-
-def round_half_away(x):
-    """Rust's f32::round (half away from zero), not Python's banker's rounding."""
-    return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
 def cleaned(path):

@@ -18,12 +18,8 @@ import triton_python_backend_utils as pb_utils
 
 # reference_common.py sits beside this file in the served repository (scripts/bench.sh).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_common import f32, load_gallery, request_images, respond  # noqa: E402
-
-
-def half_away(x):
-    """Rust's f32::round (half away from zero), as the backend rounds its boxes."""
-    return int(np.sign(x) * np.floor(abs(x) + 0.5))
+from reference_common import (  # noqa: E402
+    f32, load_gallery, request_images, respond, round_half_away)
 
 
 class TritonPythonModel:
@@ -72,8 +68,8 @@ class TritonPythonModel:
                     name = self.gallery_names[best]
             x, y, bw, bh = (float(v) for v in row[:4])
             faces.append({
-                "box": {"left": half_away(x), "top": half_away(y), "right": half_away(x + bw),
-                        "bottom": half_away(y + bh)},
+                "box": {"left": round_half_away(x), "top": round_half_away(y),
+                        "right": round_half_away(x + bw), "bottom": round_half_away(y + bh)},
                 "score": f32(row[14]),
                 "landmarks": [[f32(px), f32(py)] for px, py in row[4:14].reshape(5, 2)],
                 "name": name,
