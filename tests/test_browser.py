@@ -192,9 +192,15 @@ def test_sample_video_summary(browser, app_url):
             label.click()
     click_button(browser, "Process")
     wait_for_text(browser, "end of input", "Who appeared", timeout=VIDEO_WAIT_S)
-    tables = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "[data-testid=stTable]")
-              if t.is_displayed()]
-    assert any("obama" in t and "biden" in t for t in tables), tables
+    # The table comes in after its heading: wait for it, as for the text.
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        tables = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "[data-testid=stTable]")
+                  if t.is_displayed()]
+        if any("obama" in t and "biden" in t for t in tables):
+            break
+        assert time.monotonic() < deadline, tables
+        time.sleep(0.3)
     # The annotated video plays in the browser (H.264 in MP4): its first frame is decoded.
     deadline = time.monotonic() + WAIT_S
     while not browser.execute_script(
