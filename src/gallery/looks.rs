@@ -9,14 +9,13 @@
 
 use crate::error::Result;
 
-/// How many hits wide the graph is searched the second time. At a million
-/// (24 neighbours) 256 wide found the nearest of all 1,000 planted queries
-/// in 6.2 ms; 512 found no more and took 11.9 ms (docs/benchmarks.md,
-/// "Matching").
+/// How many hits wide the graph is searched the second time (dlib's `f16`
+/// galleries): at a million, wider found no more planted faces and took
+/// about twice as long.
 pub const WIDER_SEARCH: usize = 256;
-/// Up to this many vectors, the second look is an exact scan instead
-/// (about 14 ms at 100,000; over uniform random vectors the graph missed a
-/// planted face at 100,000 even 512 wide).
+/// Up to this many vectors, the second look is an exact scan instead: over
+/// uniform random vectors the graph missed planted faces even 512 wide
+/// (docs/gallery.md, "Matching a large gallery").
 pub const EXACT_RETRY_UP_TO: usize = 200_000;
 
 /// How wide a search looks.

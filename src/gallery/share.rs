@@ -1,7 +1,7 @@
 //! Work shared with helper threads that may start late. In the server a
-//! thread started per scan took 0.3 ms at the median and 3 ms at the 90th
-//! percentile to run (a million people's sign scan, docs/benchmarks.md), so
-//! the helpers are kept between scans, woken by a channel, and the caller
+//! thread started per scan is slow and unsteady to start (docs/benchmarks.md,
+//! "Gallery at scale": the scan's helpers), so the helpers are kept between
+//! scans, woken by a channel, and the caller
 //! never waits for one to start: the work is claimed piece by piece from a
 //! shared counter, and a helper that has not started when the caller runs
 //! out of pieces is told not to.
@@ -50,9 +50,8 @@ pub fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// The helper threads, kept between scans: a thread started per scan took
-/// 0.3 ms at the median and 3 ms at the 90th percentile to run in the
-/// server, a kept one woken by a channel much less (docs/benchmarks.md).
+/// The helper threads, kept between scans: a kept one woken by a channel
+/// starts sooner than a thread started per scan (docs/benchmarks.md).
 /// Started as the first calls need them, never more than the most any call
 /// asked for; stopped and joined by `join_helpers` (the backend's finalize:
 /// their code is this library's, which the server may unload after it).

@@ -305,11 +305,9 @@ impl OnnxSettings {
 
     /// The most items one model run takes: `max_engine_batch` where set
     /// (tract: always one), else one. One on the CPU because batches are
-    /// slower there (docs/benchmarks.md "Batches through the models":
-    /// onnxruntime 171 frames/s one at a time, 125 in runs of 8); one on a
-    /// GPU because the batched path is the one seen failing there (an H200,
-    /// 2026-12-04: no request answered within 1.5 s at concurrency 8, while
-    /// one item a run served 609 frames/s; docs/gpu.md "On a GPU").
+    /// slower there (docs/benchmarks.md "Batches through the models"); one
+    /// on a GPU until a card's figures show the planned batched path ahead
+    /// (one H200 answered nothing batched at concurrency 8; docs/gpu.md).
     pub fn runs_of(&self) -> usize {
         match (self.runtime, self.max_engine_batch) {
             (Runtime::Tract, _) => 1,
