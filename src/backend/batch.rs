@@ -52,7 +52,7 @@ pub fn process(model: &ModelState, state: &mut InstanceState, requests: &[Reques
             read_job(r, settings, dim).map(|job| Job { by, coarse, ..job })
         })
         .collect();
-    let threads = settings.decode_threads(state.gpu.is_some());
+    let threads = settings.decode_threads(state.on_gpu);
     decode_all(&mut jobs, settings.max_image_pixels, threads);
     if let Some(sequences) = &model.sequences {
         scrub_forgotten(

@@ -19,6 +19,9 @@ pub struct InstanceState {
     /// KIND_GPU only: the device, bound to the executing thread before the
     /// engine runs. KIND_CPU (and KIND_AUTO resolved to CPU) never loads CUDA.
     pub gpu: Option<Gpu>,
+    /// The engine runs on a GPU (dlib with CUDA, or onnxruntime's CUDA
+    /// provider, which binds its device itself: `gpu` is then `None`).
+    pub on_gpu: bool,
 }
 
 impl InstanceState {
@@ -43,11 +46,12 @@ impl InstanceState {
         if let Some(gpu) = &gpu {
             gpu.bind()?;
         }
+        let on_gpu = place.on_gpu();
         let engine_settings = match place {
             Place::OnnxCuda(device) => {
-                let mut on_gpu = settings.clone();
-                on_gpu.onnx.cuda_device = Some(device);
-                Cow::Owned(on_gpu)
+                let mut cuda = settings.clone();
+                cuda.onnx.cuda_device = Some(device);
+                Cow::Owned(cuda)
             }
             _ => Cow::Borrowed(settings),
         };
@@ -59,13 +63,20 @@ impl InstanceState {
             log::warn(&format!("instance '{name}' is {kind:?}, but {warning}"));
         }
         log::info(&format!(
-            "instance '{name}' of model '{}': {} engine on {} ({kind:?}), {} batch thread(s)",
+            "instance '{name}' of model '{}': {} engine on {} ({kind:?}), {} batch thread(s), \
+             ENCODED decoded on {} thread(s)",
             model.name,
             engines[0].name(),
             place.describe(),
-            engines.len()
+            engines.len(),
+            settings.decode_threads(on_gpu)
         ));
-        Ok(InstanceState { name, engines, gpu })
+        Ok(InstanceState {
+            name,
+            engines,
+            gpu,
+            on_gpu,
+        })
     }
 
     /// Called on the executing thread before any engine call.
@@ -124,6 +135,10 @@ impl Place {
         }
     }
 
+    fn on_gpu(self) -> bool {
+        matches!(self, Place::DlibGpu(_) | Place::OnnxCuda(_))
+    }
+
     /// What the user should know when the place is not what they asked for.
     fn warning(self) -> Option<&'static str> {
         match self {
@@ -141,5 +156,36 @@ impl Place {
             ),
             Place::Cpu | Place::DlibGpu(_) | Place::OnnxCuda(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    fn settings(parameters: &[(&str, &str)]) -> Settings {
+        let p: serde_json::Map<String, serde_json::Value> = (parameters.iter())
+            .map(|(k, v)| (k.to_string(), json!({ "string_value": v })))
+            .collect();
+        let config = json!({ "max_batch_size": 8, "parameters": p });
+        Settings::from_config(&config, Path::new("/m"), Path::new("/m/1")).unwrap()
+    }
+
+    /// onnxruntime's CUDA provider binds its device itself, so such an
+    /// instance keeps no `Gpu`; it is on a GPU all the same, and decodes on
+    /// the GPU's threads.
+    #[test]
+    fn an_onnx_instance_on_cuda_is_on_a_gpu() {
+        let onnx = settings(&[("engine", "onnx")]);
+        let tract = settings(&[("engine", "onnx"), ("runtime", "tract")]);
+        assert!(Place::of(&onnx, Some(0)).on_gpu());
+        assert!(!Place::of(&onnx, None).on_gpu());
+        assert!(!Place::of(&tract, Some(0)).on_gpu());
+        assert_eq!(onnx.decode_threads(Place::of(&onnx, Some(0)).on_gpu()), 4);
+        assert_eq!(onnx.decode_threads(Place::of(&onnx, None).on_gpu()), 1);
+        let dlib = settings(&[]);
+        assert_eq!(Place::of(&dlib, Some(0)).on_gpu(), DLIB_USES_CUDA);
     }
 }
