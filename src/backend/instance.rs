@@ -51,6 +51,7 @@ impl InstanceState {
             Place::OnnxCuda(device) => {
                 let mut cuda = settings.clone();
                 cuda.onnx.cuda_device = Some(device);
+                cuda.onnx.fill_threads = settings.decode_threads(true);
                 Cow::Owned(cuda)
             }
             _ => Cow::Borrowed(settings),

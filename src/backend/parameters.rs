@@ -475,7 +475,8 @@ pub static PARAMETERS: &[Parameter] = &[
              `KIND_GPU`",
         ),
         meaning: "threads one Execute decodes its `ENCODED` images on, together, before the \
-                  engines run (at most 64)",
+                  engines run; on a GPU also the threads a model run's items are resized and \
+                  normalised on (at most 64)",
         section: Section::General,
         apply: |d, v| {
             let n = positive(v).filter(|n| *n <= MAX_DECODE_THREADS);

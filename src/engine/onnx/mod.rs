@@ -129,6 +129,7 @@ impl OnnxEngine {
             net.most = max_batch;
         }
         for net in engine.nets_mut() {
+            net.fill_threads = settings.fill_threads;
             if let Some(sizes) = settings.planned(net.most) {
                 net.plan(&sizes)?;
             }

@@ -52,6 +52,9 @@ pub(super) struct Net {
     /// to the next (`padded`), so each session runs one shape, planned and
     /// warmed at load (onnxruntime.rs `plan`).
     pub(super) planned: Vec<usize>,
+    /// Threads a run's items are filled on (set by the engine; 1 on the
+    /// CPU, where each batch thread has an engine of its own).
+    pub(super) fill_threads: usize,
 }
 
 /// The model file a parameter names; a missing one fails the load naming the
@@ -202,6 +205,7 @@ pub(super) fn load_net(
         cleaned,
         own_kernels,
         planned: Vec::new(),
+        fill_threads: 1,
     };
     if net.batch.takes_batches() {
         if let Err(why) = net.answers_alike_together() {
@@ -530,14 +534,14 @@ impl Net {
 
     /// `items` through the model, at most `per_run` in one run. `fill`
     /// appends an item's input values ([C, H, W] of the model's shape) to
-    /// the run's input. One result per item, in order: its share of each
-    /// output, or why it failed. An item `fill` refuses fails alone; so does
-    /// one the model fails on, since a run that fails is run again item by
-    /// item.
-    pub(super) fn run_items<T>(
+    /// the run's input, on up to `fill_threads` threads. One result per
+    /// item, in order: its share of each output, or why it failed. An item
+    /// `fill` refuses fails alone; so does one the model fails on, since a
+    /// run that fails is run again item by item.
+    pub(super) fn run_items<T: Sync>(
         &self,
         items: &[T],
-        mut fill: impl FnMut(&T, &mut Vec<f32>) -> Result<()>,
+        fill: impl Fn(&T, &mut Vec<f32>) -> Result<()> + Sync,
     ) -> Vec<Result<ItemOutputs>> {
         let per_item: usize = self.shape[1..].iter().product();
         let mut results = Vec::with_capacity(items.len());
@@ -547,9 +551,13 @@ impl Net {
         };
         for chunk in items.chunks(self.per_run()) {
             input.data.clear();
-            let filled: Vec<Result<()>> = (chunk.iter())
-                .map(|item| self.fill_one(item, &mut fill, &mut input.data))
-                .collect();
+            let filled = fill_run(
+                chunk,
+                &self.shape[1..],
+                self.fill_threads,
+                &fill,
+                &mut input.data,
+            );
             let count = filled.iter().filter(|f| f.is_ok()).count();
             input.shape[0] = self.padded(count);
             input.data.resize(input.shape[0] * per_item, 0.0);
@@ -563,29 +571,6 @@ impl Net {
             }));
         }
         results
-    }
-
-    /// One item's values appended to `data` by `fill`: all of them, or none
-    /// and why.
-    fn fill_one<T>(
-        &self,
-        item: &T,
-        fill: &mut impl FnMut(&T, &mut Vec<f32>) -> Result<()>,
-        data: &mut Vec<f32>,
-    ) -> Result<()> {
-        let start = data.len();
-        let per_item: usize = self.shape[1..].iter().product();
-        let done = fill(item, data).and_then(|()| match data.len() - start {
-            got if got == per_item => Ok(()),
-            got => Err(Error::internal(format!(
-                "model input: {got} values for an item of shape {:?}",
-                &self.shape[1..]
-            ))),
-        });
-        if done.is_err() {
-            data.truncate(start);
-        }
-        done
     }
 
     /// The items a run of `count` is made of: `count`, or the smallest
@@ -655,6 +640,83 @@ impl Net {
                 .collect(),
         }
     }
+}
+
+/// A run's items appended to `data` by `fill`, in order: on the calling
+/// thread, or in contiguous parts on up to `threads` (a GPU's run of many
+/// frames would otherwise wait for one core to resize and normalise them
+/// all). One result per item; a part whose thread cannot start or panics
+/// fails its items alone.
+fn fill_run<T: Sync>(
+    items: &[T],
+    item_shape: &[usize],
+    threads: usize,
+    fill: &(impl Fn(&T, &mut Vec<f32>) -> Result<()> + Sync),
+    data: &mut Vec<f32>,
+) -> Vec<Result<()>> {
+    let threads = threads.clamp(1, items.len().max(1));
+    let one = |item: &T, data: &mut Vec<f32>| fill_one(item, item_shape, fill, data);
+    if threads == 1 {
+        return items.iter().map(|item| one(item, data)).collect();
+    }
+    let mut parts = items.chunks(items.len().div_ceil(threads));
+    let first = parts.next().unwrap_or_default();
+    std::thread::scope(|scope| {
+        let one = &one;
+        let started: Vec<_> = parts
+            .map(|part| {
+                let thread = std::thread::Builder::new().name("face-fill".into());
+                let handle = thread.spawn_scoped(scope, move || {
+                    let per_item: usize = item_shape.iter().product();
+                    let mut mine = Vec::with_capacity(part.len() * per_item);
+                    let done: Vec<Result<()>> = part.iter().map(|i| one(i, &mut mine)).collect();
+                    (done, mine)
+                });
+                (part.len(), handle)
+            })
+            .collect();
+        let mut results: Vec<Result<()>> = first.iter().map(|item| one(item, data)).collect();
+        for (len, handle) in started {
+            let joined = match handle {
+                Ok(h) => h.join().map_err(|_| "panicked".to_string()),
+                Err(e) => Err(format!("did not start: {e}")),
+            };
+            match joined {
+                Ok((done, mine)) => {
+                    data.extend_from_slice(&mine);
+                    results.extend(done);
+                }
+                Err(why) => results.extend((0..len).map(|_| {
+                    Err(Error::internal(format!(
+                        "a thread filling a model's input {why}"
+                    )))
+                })),
+            }
+        }
+        results
+    })
+}
+
+/// One item's values appended to `data` by `fill`: all of them (the
+/// item's shape), or none and why.
+fn fill_one<T>(
+    item: &T,
+    item_shape: &[usize],
+    fill: &impl Fn(&T, &mut Vec<f32>) -> Result<()>,
+    data: &mut Vec<f32>,
+) -> Result<()> {
+    let start = data.len();
+    let per_item: usize = item_shape.iter().product();
+    let done = fill(item, data).and_then(|()| match data.len() - start {
+        got if got == per_item => Ok(()),
+        got => Err(Error::internal(format!(
+            "model input: {got} values for an item of shape {item_shape:?}"
+        ))),
+    });
+    if done.is_err() {
+        data.truncate(start);
+    }
+    done
 }
 
 /// Within 1e-3 of `want`'s size.

@@ -153,6 +153,9 @@ pub struct OnnxSettings {
     /// KIND_GPU instances: the CUDA device onnxruntime runs the models on
     /// (set by the instance, not a parameter); `None`: the CPU.
     pub cuda_device: Option<i32>,
+    /// Threads a model run's items are filled on (set by the instance: its
+    /// `decode_threads` on a GPU, else 1).
+    pub fill_threads: usize,
     /// The run sizes each model gets a session of its own for (`planned`);
     /// `None`: by where the models run.
     pub run_sizes: Option<Vec<usize>>,
@@ -246,6 +249,7 @@ impl OnnxSettings {
             intra_op_threads: 1,
             max_engine_batch: None,
             max_frames: usize::MAX,
+            fill_threads: 1,
             free_batch: false,
             cuda_device: None,
             run_sizes: None,

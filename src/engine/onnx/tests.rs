@@ -2,7 +2,7 @@
 //! published, with a fixed batch of 1, freed at load) and real photos,
 //! through onnxruntime.
 
-use super::net::{load_net, BatchDim, Batching, RuntimeChoice};
+use super::net::{load_net, BatchDim, Batching, ItemOutputs, RuntimeChoice};
 use super::*;
 use crate::engine::test_assets;
 use crate::error::ErrorKind;
@@ -333,6 +333,60 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
     }
 }
 
+/// A run's items filled on several threads (as on a GPU) answer as filled
+/// on one; an item whose fill fails fails alone, and a fill that panics
+/// fails the items of its thread only.
+#[test]
+fn items_filled_on_several_threads_answer_as_on_one() {
+    let mut net = net("fr_landmark.onnx", Batching::Freed);
+    net.most = 8;
+    let crops: Vec<Vec<f32>> = (0..7)
+        .map(|i| {
+            (0..64 * 64)
+                .map(|v| ((v * (i + 5)) % 256) as f32 / 256.0)
+                .collect()
+        })
+        .collect();
+    let fill = |crop: &Vec<f32>, data: &mut Vec<f32>| {
+        if crop[1] == crops[1][1] {
+            return Err(Error::invalid("no input for this one"));
+        }
+        data.extend(crop);
+        Ok(())
+    };
+    let serial = net.run_items(&crops, fill);
+    let same = |got: &[Result<ItemOutputs>], i: usize, what: &str| {
+        assert_eq!(
+            got[i].as_ref().unwrap(),
+            serial[i].as_ref().unwrap(),
+            "{what}, item {i}"
+        )
+    };
+    for threads in [2, 3, 7, 16] {
+        net.fill_threads = threads;
+        let got = net.run_items(&crops, fill);
+        assert_eq!(got.len(), 7, "{threads} threads");
+        assert!(got[1].is_err(), "{threads} threads");
+        (0..7)
+            .filter(|&i| i != 1)
+            .for_each(|i| same(&got, i, &format!("{threads} threads")));
+    }
+    // Three threads take items 0-2 (the calling one), 3-5 and 6.
+    net.fill_threads = 3;
+    let panics = |crop: &Vec<f32>, data: &mut Vec<f32>| {
+        assert!(crop[1] != crops[4][1], "a fill that panics");
+        fill(crop, data)
+    };
+    let got = net.run_items(&crops, panics);
+    for (i, failed) in got.iter().enumerate().take(6).skip(3) {
+        let why = failed.as_ref().unwrap_err().message();
+        assert!(why.contains("panicked"), "item {i}: {why}");
+    }
+    [0, 2, 6]
+        .into_iter()
+        .for_each(|i| same(&got, i, "beside a panic"));
+}
+
 /// Planned (as on a GPU): each run padded with blank items to the next
 /// planned size, on that size's own session; the blank items' outputs are
 /// dropped, the others' are those of a run without them.
@@ -399,6 +453,8 @@ fn planned_sessions_answer_as_one_frame_at_a_time() {
         max_engine_batch: Some(8),
         free_batch: true,
         run_sizes: Some(vec![1, 4, 8]),
+        // As on a GPU: each run's items filled on several threads.
+        fill_threads: 3,
         ..OnnxSettings::defaults(&models)
     };
     let mut planned = OnnxEngine::load(&settings).unwrap();
