@@ -109,12 +109,14 @@ install -m 0755 "$FACE_ASSETS/perf_analyzer/run" "$B/perf_analyzer/run"
 
 log "models, photos, the sample video's frames, perf_analyzer's input"
 mkdir -p "$B/models/onnx" "$B/models/dlib" "$B/photos" "$B/repos"
-# The files the bundle's models name (face_onnx's three), not every model set-up fetched.
-install -m 0644 "$FACE_ASSETS"/onnx/fr_*.onnx "$B/models/onnx/"
+# The files the bundle's models name (face_onnx's three, the GPU example's YuNet and SFace),
+# not every model set-up fetched.
+install -m 0644 "$FACE_ASSETS"/onnx/fr_*.onnx "$FACE_ASSETS"/onnx/face_detection_yunet_2023mar.onnx \
+    "$FACE_ASSETS"/onnx/face_recognition_sface_2021dec.onnx "$B/models/onnx/"
 install -m 0644 "$FACE_WEIGHTS/dlib_face_recognition_resnet_model_v1.dat" \
     "$FACE_WEIGHTS/shape_predictor_5_face_landmarks.dat" "$B/models/dlib/"
 install -m 0644 "$FACE_PHOTOS"/* "$B/photos/"
-for model in face face_onnx face_onnx_sequence; do
+for model in face face_onnx face_onnx_sequence face_onnx_yunet; do
     install -m 0644 "model_repository/$model/config.pbtxt" "$B/repos/$model.pbtxt"
 done
 run_logged "$LOGS/gpu-bundle.log" "$PYTHON" scripts/gpu_check/inputs.py \

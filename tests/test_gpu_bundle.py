@@ -102,7 +102,9 @@ def test_gpu_check_cpu_serves_from_the_bundle_alone(bundle):
     summary = summary_file.read_text() if summary_file.exists() else "(no summary.md)"
     assert done.returncode == 0, summary + "\n" + done.stdout[-4000:] + done.stderr[-2000:]
     assert "All checks passed." in summary, summary
-    for check in ("sample photos: GPU answers as the CPU", "sample video through "
+    for check in ("sample photos: face_onnx_gpu answers as face_onnx_cpu",
+                  "sample photos: face_yunet_gpu answers as face_yunet_cpu",
+                  "sample photos: names on face_yunet_gpu", "sample video through "
                   "face_sequence_gpu", "dlib engine on face_dlib_gpu", "perf_analyzer"):
         assert re.search(rf"\| {re.escape(check)}.*\| yes \|", summary), (check, summary)
     # The sweep (--sweep) measured its one variant, batched, with each input.

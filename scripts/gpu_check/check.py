@@ -3,18 +3,19 @@
 client and the CUDA libraries first). From the bundle alone it:
 
   1. writes a model repository: face_onnx_cpu (KIND_CPU) beside face_onnx_gpu, the ONNX
-     engine on onnxruntime's CUDA provider, face_sequence_gpu (the shipped
+     engine on onnxruntime's CUDA provider, face_yunet_cpu beside face_yunet_gpu (the GPU
+     example: YuNet and SFace, two model runs a face), face_sequence_gpu (the shipped
      face_onnx_sequence: the ONNX engine under Triton's sequence batcher), face_dlib_gpu
      (the dlib engine), and face_onnx_too_new (min_compute_capability above any card);
   2. starts the bundle's tritonserver on it and loads the models one by one;
-  3. sends the sample photos to the CPU and the GPU model and compares the answers (same
+  3. sends the sample photos to each CPU and GPU pair and compares the answers (same
      faces and names, boxes within 2 px, distances within 0.01), with per-stage timings;
   4. runs the sample video's frames through the sequence model against their truth;
   5. asks dlib on a KIND_GPU model who is in two photos, and the server to load the model
      whose minimum compute capability is above the card (it must refuse, and the rest
      keep serving);
   6. runs perf_analyzer on a one-face 640x480 IMAGE at concurrency 1, 8 and 32 against
-     the GPU and the CPU model;
+     the GPU example and its CPU twin (face_yunet_gpu, face_yunet_cpu);
   7. writes out/summary.md (and prints it).
 
 With --cpu every model is KIND_CPU (no GPU needed: the suite runs it so), and what needs a
@@ -44,6 +45,8 @@ PHOTOS = ["obama2.jpg", "obama3.jpg", "biden.jpg", "obama_640x480.jpg", "group5_
 GALLERY = ["obama.jpg", "biden.jpg"]
 BOX_PX, DISTANCE = 2, 0.01
 CONCURRENCY = [1, 8, 32]
+# The GPU example pair: YuNet gives its own five points, so a one-face frame is two runs.
+EXAMPLE = "face_yunet"
 TOO_NEW = "99.0"
 
 
@@ -101,6 +104,7 @@ def model_repository(root: Path, gpu: str, cores: int) -> dict[str, str]:
     """The check's models, written under `root`; returns {name: what it is}."""
     templates = BUNDLE / "repos"
     onnx = (templates / "face_onnx.pbtxt").read_text()
+    yunet = (templates / "face_onnx_yunet.pbtxt").read_text()
     dlib = (templates / "face.pbtxt").read_text()
     sequence = (templates / "face_onnx_sequence.pbtxt").read_text()
     # The CPU model uses every core: instances x threads, one engine per thread.
@@ -115,6 +119,10 @@ def model_repository(root: Path, gpu: str, cores: int) -> dict[str, str]:
                                     queue_delay_us=500, batch_threads=1), "onnx"),
         "face_dlib_gpu": (configure(dlib, "face_dlib_gpu", gpu, 1), "dlib"),
     }
+    for name, kind, count, threads in ((f"{EXAMPLE}_cpu", "KIND_CPU", cpu_instances, threads),
+                                       (f"{EXAMPLE}_gpu", gpu, 4, 1)):
+        models[name] = (configure(yunet, name, kind, count, max_batch_size=32,
+                                  queue_delay_us=500, batch_threads=threads), "onnx")
     # The shipped ONNX sequence model (its cadence, its models' batch freed at load).
     models["face_sequence_gpu"] = (configure(sequence, "face_sequence_gpu", gpu, 1), "onnx")
     if gpu == "KIND_GPU":
@@ -321,37 +329,44 @@ class Check:
                  "log: " + cuda[0].split("] ", 1)[-1] if cuda else "no such log line", bool(cuda))
 
     def answers(self, server: Server) -> None:
+        for pipeline in ("face_onnx", "face_yunet"):
+            self.pair_answers(server, pipeline)
+
+    def pair_answers(self, server: Server, pipeline: str) -> None:
+        """The GPU model of `pipeline` answers the sample photos as its CPU twin."""
         client, rows, worst = server.client, [], (0.0, 0.0)
-        timings = {"face_onnx_cpu": {}, "face_onnx_gpu": {}}
+        cpu_model, gpu_model = f"{pipeline}_cpu", f"{pipeline}_gpu"
         all_equal = True
         for photo in PHOTOS:
             data = (BUNDLE / "photos" / photo).read_bytes()
-            cpu = ask(client, "face_onnx_cpu", data, timings=True)
-            gpu = ask(client, "face_onnx_gpu", data, timings=True)
+            cpu = ask(client, cpu_model, data, timings=True)
+            gpu = ask(client, gpu_model, data, timings=True)
             equal, box, dist, why = compare(cpu, gpu)
             all_equal &= equal
             worst = (max(worst[0], box), max(worst[1], dist))
             rows.append({"photo": photo, "cpu": cpu, "gpu": gpu, "equal": equal})
-            print(f"    {photo}: CPU {named(cpu['faces'])} GPU {named(gpu['faces'])} "
+            print(f"    {pipeline} {photo}: CPU {named(cpu['faces'])} GPU {named(gpu['faces'])} "
                   f"box diff {box:.1f} px, distance diff {dist:.4f} {why}")
-        (self.out / "answers.json").write_text(json.dumps(rows, indent=1))
-        self.row("sample photos: GPU answers as the CPU", f"{len(PHOTOS)} photos; boxes within "
-                 f"{worst[0]:.1f} px, distances within {worst[1]:.4f}", all_equal)
+        (self.out / f"answers-{pipeline}.json").write_text(json.dumps(rows, indent=1))
+        self.row(f"sample photos: {gpu_model} answers as {cpu_model}", f"{len(PHOTOS)} photos; "
+                 f"boxes within {worst[0]:.1f} px, distances within {worst[1]:.4f}", all_equal)
         expected = {"obama2.jpg": ["obama"], "biden.jpg": ["biden"], "noface.jpg": []}
         right = all(named(r["gpu"]["faces"]) == expected[r["photo"]]
                     for r in rows if r["photo"] in expected)
-        self.row("sample photos: names on the GPU model", "obama2 obama, biden biden, noface "
-                 "none" if right else "a wrong name (answers.json)", right)
+        self.row(f"sample photos: names on {gpu_model}", "obama2 obama, biden biden, noface "
+                 f"none" if right else f"a wrong name (answers-{pipeline}.json)", right)
         # Per-stage times of the one-face 640x480 photo, median of 10 requests each.
         data = (BUNDLE / "photos" / "obama_640x480.jpg").read_bytes()
+        timings: dict[str, dict[str, list[float]]] = {gpu_model: {}, cpu_model: {}}
         for model in timings:
             for _ in range(10):
                 for stage, ms in ask(client, model, data, timings=True)["timings_ms"].items():
                     timings[model].setdefault(stage, []).append(ms)
-        stages = list(timings["face_onnx_gpu"])
-        table = ", ".join(f"{s} {median(timings['face_onnx_gpu'][s]):.2f} / "
-                          f"{median(timings['face_onnx_cpu'].get(s, [])):.2f}" for s in stages)
-        self.row("timings_ms, GPU / CPU model (obama_640x480.jpg, median of 10)", table, None)
+        table = ", ".join(f"{s} {median(timings[gpu_model][s]):.2f} / "
+                          f"{median(timings[cpu_model].get(s, [])):.2f}"
+                          for s in timings[gpu_model])
+        self.row(f"timings_ms, {gpu_model} / {cpu_model} (obama_640x480.jpg, median of 10)",
+                 table, None)
 
     def sequence(self, server: Server) -> None:
         truth = json.loads((BUNDLE / "video" / "truth.json").read_text())["frames"]
@@ -402,7 +417,8 @@ class Check:
 
     def perf(self, server: Server) -> None:
         results = []
-        for model in ("face_onnx_gpu", "face_onnx_cpu"):
+        gpu_model, cpu_model = f"{EXAMPLE}_gpu", f"{EXAMPLE}_cpu"
+        for model in (gpu_model, cpu_model):
             for concurrency in CONCURRENCY:
                 name = f"perf-{model}-c{concurrency}"
                 command = perf_command(server, model, concurrency, self.out / f"{name}.csv",
@@ -422,10 +438,10 @@ class Check:
         self.perf_table = "\n".join(lines)
         print(self.perf_table)
         best = {m: max((r[2] for r in results if r[0] == m), default=0.0)
-                for m in ("face_onnx_gpu", "face_onnx_cpu")}
-        ratio = best["face_onnx_gpu"] / best["face_onnx_cpu"] if best["face_onnx_cpu"] else 0.0
-        self.row("perf_analyzer, one-face 640x480 IMAGE, best throughput GPU / CPU model",
-                 f"{best['face_onnx_gpu']:.1f} / {best['face_onnx_cpu']:.1f} frames/s "
+                for m in (gpu_model, cpu_model)}
+        ratio = best[gpu_model] / best[cpu_model] if best[cpu_model] else 0.0
+        self.row(f"perf_analyzer, one-face 640x480 IMAGE, best throughput {gpu_model} / "
+                 f"{cpu_model}", f"{best[gpu_model]:.1f} / {best[cpu_model]:.1f} frames/s "
                  f"({ratio:.2f}x)", len(results) == 2 * len(CONCURRENCY))
 
     def gpu_memory(self, server: Server) -> None:

@@ -12,12 +12,13 @@
 #   --perf-ms MS     perf_analyzer's measurement window (default 3000; 3 per run)
 #   --skip-check     only what --sweep and --streams ask (the check takes about 2.5 minutes:
 #                    a second call that stays under a time limit)
-#   --measure        instead of the check, the card's figures in two sweeps (about 6
+#   --measure        instead of the check, the card's figures in two sweeps (about 7
 #                    minutes): out/shapes.md, one instance with runs of up to 8 padded to 8
 #                    alone, to 1/2/4/8 (a session each), and with cuDNN's exhaustive search, at
-#                    concurrency 1 and 8; out/serve.md, the GPU model one item a run and in
-#                    runs of up to 8 and 32 (4 instances of one engine) against the CPU model
-#                    on every core, JPEG and raw pixels, concurrency 8, 64 and 256
+#                    concurrency 1 and 8; out/serve.md, the GPU example (YuNet + SFace: two
+#                    runs a face) one item a run and in runs of up to 8 and 32 (4 instances
+#                    of one engine) against its CPU twin on every core, JPEG and raw pixels,
+#                    concurrency 8, 64 and 256
 #   --sweep VARIANTS after the check, the ONNX model's throughput per
 #                    "[cpu:|gpu:]NxT[bB][+KEY=VALUE...]" (N instances of T batch_threads,
 #                    max_engine_batch B, other model parameters; on the GPU unless cpu: or
@@ -152,10 +153,10 @@ if [ "$MEASURE" = 1 ]; then
     "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --name shapes --perf-ms 2000 \
         --variants "1x1b8+run_sizes=8 1x1b8 1x1b8+cudnn_conv_algo_search=exhaustive" \
         --inputs image-shm --concurrency "1 8" || rc=1
-    step "measure 2/2: the GPU model against the CPU model on every core"
+    step "measure 2/2: the GPU example (YuNet + SFace) against its CPU twin on every core"
     cpu_instances=$(( $(nproc) / 4 > 0 ? $(nproc) / 4 : 1 ))
     "$PYTHON" "$HERE/check/sweep.py" --out "$OUT" --kind "$kind" --name serve --perf-ms 2000 \
-        --variants "4x1 4x1b8 4x1b32 cpu:${cpu_instances}x4" \
+        --pipeline face_onnx_yunet --variants "4x1 4x1b8 4x1b32 cpu:${cpu_instances}x4" \
         --inputs "image-shm encoded" --concurrency "8 64 256" || rc=1
 fi
 if [ -n "$SWEEP" ]; then

@@ -15,7 +15,8 @@ busy %, mean, and the most memory used). With --rounds R every variant is measur
 in serpentine order (forward, then backward), so that a machine that drifts does not favour
 one variant; the table gives each round.
 
-Writes OUT/NAME.md; the rest goes to OUT/NAME/ (NAME: --name, default sweep)."""
+--pipeline picks the shipped config the variants are made from (face_onnx, the default, or
+face_onnx_yunet). Writes OUT/NAME.md; the rest goes to OUT/NAME/ (NAME: --name, default sweep)."""
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,9 @@ IMAGE_ONLY = """input [
 ]
 """
 SHM = "image-shm"
+# The bundle's ONNX configs a sweep can be made from: the sample (three runs a one-face
+# frame) and the GPU example, YuNet and SFace (two: YuNet gives its own five points).
+PIPELINES = ("face_onnx", "face_onnx_yunet")
 RUN_LIMIT_S = 180  # one perf_analyzer run
 INPUTS = {  # input name -> (perf_analyzer input file, --shape, extra arguments)
     "image": ("obama_640x480-IMAGE.json", "IMAGE:480,640,3", []),
@@ -166,7 +170,7 @@ def shm_model(model: str) -> str:
 
 
 def write_models(models: Path, variants: list[Variant], args, shm: bool) -> None:
-    onnx = (check.BUNDLE / "repos" / "face_onnx.pbtxt").read_text()
+    onnx = (check.BUNDLE / "repos" / f"{args.pipeline}.pbtxt").read_text()
     check.write_first_model(models)
     for v in variants:
         settings = {"batch_threads": v.threads, **dict(v.params)}
@@ -201,6 +205,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--perf-ms", type=int, default=2000)
     parser.add_argument("--name", default="sweep", help="of the table and the work folder")
+    parser.add_argument("--pipeline", default="face_onnx", choices=PIPELINES,
+                        help="the shipped config every variant is made from")
     args = parser.parse_args()
     variants = list(dict.fromkeys(Variant.parse(v, args.kind) for v in args.variants.split()))
     sources = args.inputs.split()
@@ -237,7 +243,7 @@ def main() -> int:
                     time.sleep(0.2)
     finally:
         server.stop()
-    settings = (f"max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
+    settings = (f"{args.pipeline}'s models, max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
                 f"{args.perf_ms} ms windows")
     check.write_table(out / f"{args.name}.md", settings, lines)
     return 1 if failed else 0
