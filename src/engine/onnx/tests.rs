@@ -298,6 +298,28 @@ fn a_failed_frame_fails_alone() {
     }
 }
 
+/// `count` inputs of `len` values in [0, 1), different in every item.
+fn inputs(count: usize, len: usize) -> Vec<Vec<f32>> {
+    (0..count)
+        .map(|i| {
+            (0..len)
+                .map(|v| ((v * (i + 3)) % 251) as f32 / 251.0)
+                .collect()
+        })
+        .collect()
+}
+
+/// A fill that appends an input as it is, and refuses `refused`.
+fn refusing(refused: &[f32]) -> impl Fn(&Vec<f32>, &mut Vec<f32>) -> Result<()> + Sync + Copy + '_ {
+    move |input, data| {
+        if input.as_slice() == refused {
+            return Err(Error::invalid("no input for this one"));
+        }
+        data.extend(input);
+        Ok(())
+    }
+}
+
 /// A run the model refuses (here: three items for a model whose batch is
 /// fixed, told it is free) is run again item by item; an item whose input
 /// cannot be made fails alone.
@@ -306,20 +328,8 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
     let mut net = net("fr_feature.onnx", Batching::AsDeclared);
     assert_eq!(net.batch, BatchDim::Fixed);
     net.batch = BatchDim::Free;
-    let chips: Vec<Vec<f32>> = (0..4)
-        .map(|i| {
-            (0..3 * 112 * 112)
-                .map(|v| ((v * (i + 3)) % 251) as f32 / 128.0 - 1.0)
-                .collect()
-        })
-        .collect();
-    let fill = |chip: &Vec<f32>, data: &mut Vec<f32>| {
-        if chip[1] == chips[2][1] {
-            return Err(Error::invalid("no input for this one"));
-        }
-        data.extend(chip);
-        Ok(())
-    };
+    let chips = inputs(4, 3 * 112 * 112);
+    let fill = refusing(&chips[2]);
     net.most = 4;
     let together = net.run_items(&chips, fill);
     net.most = 1;
@@ -340,20 +350,8 @@ fn a_run_that_fails_is_run_again_one_item_at_a_time() {
 fn items_filled_on_several_threads_answer_as_on_one() {
     let mut net = net("fr_landmark.onnx", Batching::Freed);
     net.most = 8;
-    let crops: Vec<Vec<f32>> = (0..7)
-        .map(|i| {
-            (0..64 * 64)
-                .map(|v| ((v * (i + 5)) % 256) as f32 / 256.0)
-                .collect()
-        })
-        .collect();
-    let fill = |crop: &Vec<f32>, data: &mut Vec<f32>| {
-        if crop[1] == crops[1][1] {
-            return Err(Error::invalid("no input for this one"));
-        }
-        data.extend(crop);
-        Ok(())
-    };
+    let crops = inputs(7, 64 * 64);
+    let fill = refusing(&crops[1]);
     let serial = net.run_items(&crops, fill);
     let same = |got: &[Result<ItemOutputs>], i: usize, what: &str| {
         assert_eq!(
@@ -394,17 +392,8 @@ fn items_filled_on_several_threads_answer_as_on_one() {
 fn a_padded_run_answers_as_an_unpadded_one() {
     let mut net = net("fr_landmark.onnx", Batching::Freed);
     assert_eq!(net.batch, BatchDim::Freed);
-    let crops: Vec<Vec<f32>> = (0..5)
-        .map(|i| {
-            (0..64 * 64)
-                .map(|v| ((v * (i + 5)) % 256) as f32 / 256.0)
-                .collect()
-        })
-        .collect();
-    let fill = |crop: &Vec<f32>, data: &mut Vec<f32>| {
-        data.extend(crop);
-        Ok(())
-    };
+    let crops = inputs(5, 64 * 64);
+    let fill = refusing(&[]);
     net.most = 8;
     let plain = net.run_items(&crops, fill);
     net.plan(&[1, 2, 4, 8]).unwrap();
