@@ -329,7 +329,7 @@ class Check:
                  "log: " + cuda[0].split("] ", 1)[-1] if cuda else "no such log line", bool(cuda))
 
     def answers(self, server: Server) -> None:
-        for pipeline in ("face_onnx", "face_yunet"):
+        for pipeline in ("face_onnx", EXAMPLE):
             self.pair_answers(server, pipeline)
 
     def pair_answers(self, server: Server, pipeline: str) -> None:

@@ -243,8 +243,8 @@ def main() -> int:
                     time.sleep(0.2)
     finally:
         server.stop()
-    settings = (f"{args.pipeline}'s models, max_batch_size {args.max_batch_size}, queue delay {args.queue_delay_us} us, "
-                f"{args.perf_ms} ms windows")
+    settings = (f"{args.pipeline}'s models, max_batch_size {args.max_batch_size}, "
+                f"queue delay {args.queue_delay_us} us, {args.perf_ms} ms windows")
     check.write_table(out / f"{args.name}.md", settings, lines)
     return 1 if failed else 0
 
