@@ -6,7 +6,14 @@
 //! by its weight keeping the high 16 bits, the two added, rounded down 2).
 //! fast_image_resize's bilinear interpolation rounds once, in float: one
 //! level off on about a fifth of the values, enough to move YuNet's points
-//! by 0.4 px on a photo scaled by 3.6 (docs/engines.md).
+//! by 0.4 px on a photo scaled by 3.6 (docs/engines.md). A part of a frame
+//! (chips, grey boxes, thumbnails) goes through fast_image_resize
+//! (`crop_resize`), where sub-pixel crops matter more than that level.
+
+use fast_image_resize::images::{Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+use crate::error::{Error, Result};
 
 /// OpenCV's INTER_RESIZE_COEF_SCALE: the weights of a pair sum to it.
 const ONE: f32 = 2048.0;
@@ -46,6 +53,27 @@ pub fn resize_linear(rgb: &[u8], (w, h): (usize, usize), (nw, nh): (usize, usize
         down(&upper.1, &lower.1, weights(f), dst);
     }
     out
+}
+
+/// The sub-pixel rectangle (left, top, width, height) of an image of
+/// `pixel` type resized to `w`x`h`, by fast_image_resize's bilinear
+/// interpolation without antialiasing.
+pub fn crop_resize(
+    (width, height, pixels): (u32, u32, &[u8]),
+    pixel: PixelType,
+    [left, top, w_in, h_in]: [f32; 4],
+    (w, h): (usize, usize),
+) -> Result<Vec<u8>> {
+    let fail = |e: &dyn std::fmt::Display| Error::internal(format!("resize: {e}"));
+    let src = ImageRef::new(width, height, pixels, pixel).map_err(|e| fail(&e))?;
+    let mut dst = Image::new(w as u32, h as u32, pixel);
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Interpolation(FilterType::Bilinear))
+        .crop(left.into(), top.into(), w_in.into(), h_in.into());
+    Resizer::new()
+        .resize(&src, &mut dst, &options)
+        .map_err(|e| fail(&e))?;
+    Ok(dst.into_vec())
 }
 
 /// For each output position, the source position before it and the

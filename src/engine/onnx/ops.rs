@@ -5,12 +5,11 @@
 //! letterbox), grey, a mirror image, pixels to an NCHW or NHWC tensor, L2
 //! normalization, non-maximum suppression.
 
-use fast_image_resize::images::{Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::PixelType;
 
 use super::settings::Normalize;
 use crate::error::{Error, Result};
-use crate::pipeline::resize::resize_linear;
+use crate::pipeline::resize::{crop_resize, resize_linear};
 use crate::pipeline::{BoxPx, Frame};
 
 /// A region of a frame (it may reach past the frame's edges), in the
@@ -135,7 +134,7 @@ pub(super) fn fill_region(
     }
     let part = match whole {
         true => resize(frame, x1 - x0, y1 - y0)?.rgb,
-        false => resample_f(
+        false => crop_resize(
             (frame.width, frame.height, &frame.rgb),
             PixelType::U8x3,
             [left, top, right - left, bottom - top],
@@ -227,26 +226,7 @@ fn resample(
 ) -> Result<Vec<u8>> {
     // Whole pixels are exact as f32 (frames are far below 2^24 pixels a side).
     let rect = [rect.x, rect.y, rect.width, rect.height].map(|v| v as f32);
-    resample_f(image, pixel, rect, size)
-}
-
-/// `resample` of a sub-pixel rectangle (left, top, width, height).
-fn resample_f(
-    (width, height, pixels): (u32, u32, &[u8]),
-    pixel: PixelType,
-    [left, top, w_in, h_in]: [f32; 4],
-    (w, h): (usize, usize),
-) -> Result<Vec<u8>> {
-    let fail = |e: &dyn std::fmt::Display| Error::internal(format!("resize: {e}"));
-    let src = ImageRef::new(width, height, pixels, pixel).map_err(|e| fail(&e))?;
-    let mut dst = Image::new(w as u32, h as u32, pixel);
-    let options = ResizeOptions::new()
-        .resize_alg(ResizeAlg::Interpolation(FilterType::Bilinear))
-        .crop(left.into(), top.into(), w_in.into(), h_in.into());
-    Resizer::new()
-        .resize(&src, &mut dst, &options)
-        .map_err(|e| fail(&e))?;
-    Ok(dst.into_vec())
+    crop_resize(image, pixel, rect, size)
 }
 
 /// One RGB image appended to a run's f32 input in `layout` (three planes,
