@@ -13,7 +13,7 @@ use crate::engine::onnx::{ConvSearch, Runtime};
 use crate::error::{Error, Result};
 use crate::gallery::store::StoreKind;
 use crate::pipeline::image::PixelFormat;
-use crate::sequence::{Cadence, Limits, MAX_CADENCE};
+use crate::sequence::{Cadence, Limits, TrackBy, MAX_CADENCE};
 
 /// What a value must look like; shown in docs/parameters.md's type column and
 /// in the error for a bad value, so both always say the same.
@@ -553,9 +553,9 @@ pub static PARAMETERS: &[Parameter] = &[
         name: "track_shadow_rounds",
         kind: Kind::UnsignedInteger,
         default: Default::Value("2"),
-        meaning: "sequence models with `detect_every` above 1: detection rounds in a row the \
-                  detector may miss a face its tracker still holds (sure, inside the frame) \
-                  before the track ends; meanwhile the face is answered from the tracker \
+        meaning: "sequence models with `detect_every` above 1 and `track_by: correlation`: \
+                  detection rounds in a row the detector may miss a face its tracker still holds \
+                  (sure, inside the frame) before the track ends; meanwhile the face is answered from the tracker \
                   (`source` `tracked`) with its track's name; `0`: a missed face ends its track",
         section: Section::General,
         apply: |d, v| unsigned(v).map(|n| d.limits.shadow_rounds = n),
@@ -569,6 +569,26 @@ pub static PARAMETERS: &[Parameter] = &[
                   the same name sets it for one sequence)",
         section: Section::General,
         apply: |d, v| cadence(v).map(|n| d.cadence.detect_every = n),
+    },
+    Parameter {
+        name: "track_by",
+        kind: Kind::Choice(&["correlation", "points"]),
+        default: Default::Value("correlation"),
+        meaning: "sequence models with `detect_every` above 1: what carries a face between \
+                  detections: dlib's `correlation` tracker, or `points`: the engine's five \
+                  points at the face's last box place its next box as the box sat around them \
+                  at its last detection (a landmark run a face, no correlation filter), the \
+                  detector running out of turn where a face may be partial or gone \
+                  ([sequences](sequences.md#following-faces-between-detections))",
+        section: Section::General,
+        apply: |d, v| {
+            d.cadence.track_by = match v.to_ascii_lowercase().as_str() {
+                "correlation" => TrackBy::Correlation,
+                "points" => TrackBy::Points,
+                _ => return None,
+            };
+            Some(())
+        },
     },
     Parameter {
         name: "reidentify_every",

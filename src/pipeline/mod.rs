@@ -30,6 +30,24 @@ pub struct BoxPx {
 }
 
 impl BoxPx {
+    /// The same box moved by `by` (x, y) pixels.
+    pub fn shifted(&self, by: [f32; 2]) -> BoxPx {
+        BoxPx {
+            left: self.left + by[0],
+            top: self.top + by[1],
+            right: self.right + by[0],
+            bottom: self.bottom + by[1],
+        }
+    }
+
+    /// Its centre (x, y).
+    pub fn centre(&self) -> [f32; 2] {
+        [
+            (self.left + self.right) / 2.0,
+            (self.top + self.bottom) / 2.0,
+        ]
+    }
+
     /// The shorter side: what `min_face_size` compares.
     pub fn shorter_side(&self) -> f32 {
         (self.right - self.left).min(self.bottom - self.top)

@@ -17,7 +17,10 @@ use crate::gallery::Match;
 use crate::metric::{rounded, Metric};
 use crate::pipeline::{BoxPx, Face, Frame, Stages, Wanted};
 
-use super::{majority, overlap, Before, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
+use super::points_follow::Points;
+use super::{
+    majority, overlap, Before, Limits, Observed, SequenceState, Track, TrackBy, MIN_OVERLAP,
+};
 
 /// How a face of a followed frame was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,8 +77,11 @@ pub struct Work<'a> {
 /// A followed track's tracker and what its last embedding saw.
 pub(super) struct Follow {
     /// None when every frame is detected: a detection re-finds the face by
-    /// its last box, and no tracker is paid for.
+    /// its last box, and no tracker is paid for; and when its points carry
+    /// it (`track_by: points`).
     tracker: Option<BoxTracker>,
+    /// `track_by: points`: what carries it.
+    points: Option<Points>,
     /// Box and frame of its last embedding (`None`: not embedded yet).
     embedded: Option<(BoxPx, u64)>,
     /// The gallery's distance at its last embedding.
@@ -93,6 +99,11 @@ impl Follow {
 /// A box whose area changed by more than this factor since its last
 /// embedding is embedded again (the face turned, came closer or went away).
 const AREA_CHANGE: f32 = 1.44;
+
+/// `track_by: points`: pixels from the frame's edge within which a box may
+/// hold a partial face.
+const EDGE: f32 = 2.0;
+
 /// A track whose leading name holds less than this share of its votes, or
 /// whose last distance is within this share of the threshold, is unsettled.
 const SETTLED_SHARE: f32 = 0.75;
@@ -164,9 +175,10 @@ impl SequenceState {
     /// whether it is detected.
     pub(super) fn begin(&mut self, frame: &Frame, work: &Work<'_>) -> Result<(Pending, Ask)> {
         let started = Instant::now();
-        // Every frame detected: no tracker.
-        let image = match self.cadence.detect_every {
-            1 => None,
+        // Every frame detected, or faces carried by their points: no
+        // correlation tracker.
+        let image = match (self.cadence.detect_every, self.cadence.track_by) {
+            (1, _) | (_, TrackBy::Points) => None,
             _ => Some(TrackFrame::new(frame)?),
         };
         // A frame of another size is another camera or a photo: no box
@@ -185,12 +197,17 @@ impl SequenceState {
         // A face its tracker lost (turned, grew, blurred) is looked for by
         // the detector at once, not left unanswered until the next round.
         let lost = !resized && carried.iter().any(|(_, b, c)| !self.holds(b, *c));
+        // Faces carried by their points: every one keeps this frame's look
+        // (`|`, not `||`), whether the frame is detected or not.
+        let by_points = self.cadence.track_by == TrackBy::Points && !resized;
+        let unsure = by_points && (!self.alike(frame, &carried) | self.unsure(&carried));
         let detect = self
             .frames
             .is_multiple_of(u64::from(self.cadence.detect_every))
             || resized
             || untracked
-            || lost;
+            || lost
+            || unsure;
         let mut pending = Pending {
             image,
             detect,
@@ -240,6 +257,10 @@ impl SequenceState {
             true => Source::Detected,
             false => Source::Tracked,
         };
+        let mut faces = faces;
+        if !pending.detect && self.cadence.track_by == TrackBy::Points {
+            self.place_by_points(&mut faces, &pending.track_of);
+        }
         pending.sources = vec![source; faces.len()];
         // Detection frames: the detector and the trackers' re-anchoring;
         // others: the trackers and the landmarks at their boxes.
@@ -249,8 +270,14 @@ impl SequenceState {
         }
         pending.started = Instant::now();
         let track_of = &pending.track_of;
+        // Points found at a box the face has moved from may align its chip
+        // badly: a face carried by its points is embedded at detections.
+        let carried_by_points = !pending.detect && self.cadence.track_by == TrackBy::Points;
         pending.due = (0..faces.len())
             .map(|i| {
+                if carried_by_points {
+                    return false;
+                }
                 let touching = faces
                     .iter()
                     .enumerate()
@@ -342,7 +369,13 @@ impl SequenceState {
                     Ok((bbox, confidence)) => carried.push((t, bbox, confidence)),
                     Err(_) => track.follow = None,
                 },
-                _ => carried.push((t, track.last_box, f32::INFINITY)),
+                _ => {
+                    let v = match self.cadence.track_by {
+                        TrackBy::Points => follow.points.as_ref().map_or([0.0; 2], |p| p.velocity),
+                        TrackBy::Correlation => [0.0; 2],
+                    };
+                    carried.push((t, track.last_box.shifted(v), f32::INFINITY))
+                }
             }
         }
         carried
@@ -425,6 +458,58 @@ impl SequenceState {
         kept
     }
 
+    /// `track_by: points`: each tracked face's box placed around the points
+    /// the engine found at its last box, as its track's box sat around its
+    /// points at detection; a face whose points place none keeps its box.
+    fn place_by_points(&self, faces: &mut [Face], track_of: &[Option<usize>]) {
+        let Some(size) = self.size else { return };
+        for (face, t) in faces.iter_mut().zip(track_of) {
+            let points = t.and_then(|t| self.tracks[t].follow.as_ref()?.points.as_ref());
+            if let Some(placed) = points.and_then(|p| p.place(&face.landmarks, size)) {
+                face.bbox = placed;
+            }
+        }
+    }
+
+    /// `track_by: points`: whether every carried face's box still looks as
+    /// it did a frame ago (all are looked at: each keeps this frame's look).
+    fn alike(&mut self, frame: &Frame, carried: &[(usize, BoxPx, f32)]) -> bool {
+        let mut alike = true;
+        for (t, b, _) in carried {
+            if let Some(points) = self.tracks[*t]
+                .follow
+                .as_mut()
+                .and_then(|f| f.points.as_mut())
+            {
+                alike &= points.looks_alike(frame, b);
+            }
+        }
+        alike
+    }
+
+    /// `track_by: points`: whether a carried face may be partial, so that
+    /// its points would place its box badly: a face seen in too few frames
+    /// in a row (`Points::young`), its box at the frame's edge or touching
+    /// another's. Such frames are
+    /// detected, as every frame is when nothing is carried.
+    fn unsure(&self, carried: &[(usize, BoxPx, f32)]) -> bool {
+        let Some((w, h)) = self.size.map(|(w, h)| (w as f32, h as f32)) else {
+            return false;
+        };
+        let at_edge = |b: &BoxPx| {
+            b.left <= EDGE || b.top <= EDGE || b.right >= w - EDGE || b.bottom >= h - EDGE
+        };
+        let young = |t: usize| {
+            let follow = self.tracks[t].follow.as_ref();
+            follow
+                .and_then(|f| f.points.as_ref())
+                .is_some_and(|p| p.young(self.frames))
+        };
+        carried.iter().enumerate().any(|(i, (t, b, _))| {
+            young(*t) || at_edge(b) || carried[i + 1..].iter().any(|(_, o, _)| overlap(b, o) > 0.0)
+        })
+    }
+
     /// Whether a tracker's box still holds its face: sure enough, its centre
     /// in the frame.
     fn holds(&self, b: &BoxPx, confidence: f32) -> bool {
@@ -495,6 +580,7 @@ impl SequenceState {
         let t = track_of.unwrap_or_else(|| self.new_track(face.bbox));
         let restart = source == Source::Detected || self.tracks[t].follow.is_none();
         let track = &mut self.tracks[t];
+        let in_a_row = track.seen > 0 && track.last_frame + 1 == n;
         track.sighted(face.bbox, n, &work.limits);
         if source == Source::Detected {
             // Found again (by overlap or by its embedding): its shadow
@@ -506,8 +592,15 @@ impl SequenceState {
             // by the next detection.
             let tracker = image.and_then(|i| BoxTracker::start(i, face.bbox).ok());
             let before = track.follow.take();
+            let carried = before
+                .as_ref()
+                .and_then(|f| f.points.as_ref())
+                .filter(|_| in_a_row);
+            let points = (self.cadence.track_by == TrackBy::Points)
+                .then(|| Points::detected(carried, &face.bbox, &face.landmarks, n));
             track.follow = Some(Follow {
                 tracker,
+                points,
                 embedded: before.as_ref().and_then(|f| f.embedded),
                 distance: before.and_then(|f| f.distance),
             });
@@ -834,6 +927,7 @@ mod tests {
             state.cadence = Cadence {
                 detect_every: 2,
                 reidentify_every: 10,
+                ..Cadence::EVERY_FRAME
             };
             let frames: Vec<Frame> = script.iter().map(|&(x, m)| square_frame(x, m)).collect();
             let stream = Stream {
@@ -905,6 +999,7 @@ mod tests {
             state.cadence = Cadence {
                 detect_every: 2,
                 reidentify_every: 10,
+                ..Cadence::EVERY_FRAME
             };
             for (at, (frames, min_face_size, max_faces, want)) in steps.iter().enumerate() {
                 let mut work = work(&matcher, limits(1));
@@ -986,6 +1081,7 @@ mod tests {
         state.cadence = Cadence {
             detect_every: 10,
             reidentify_every: 10,
+            ..Cadence::EVERY_FRAME
         };
         let xs = [100, 104, 108, 220, 224, 228];
         let frames: Vec<Frame> = xs.iter().map(|&x| square_frame(Some(x), false)).collect();

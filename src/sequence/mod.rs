@@ -9,6 +9,7 @@
 //! (between_detections.rs).
 
 mod between_detections;
+mod points_follow;
 mod together;
 
 use std::collections::HashMap;
@@ -72,6 +73,20 @@ pub struct TrackRecap {
 pub struct Cadence {
     pub detect_every: u32,
     pub reidentify_every: u32,
+    /// What carries a face between detections (model parameter `track_by`).
+    pub track_by: TrackBy,
+}
+
+/// What carries a followed face's box from frame to frame between
+/// detections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrackBy {
+    /// dlib's correlation tracker (DSST), then the engine's landmarks at
+    /// its box.
+    Correlation,
+    /// The engine's landmarks at the last box, and the box placed around
+    /// them as it sat at the face's last detection (points_follow.rs).
+    Points,
 }
 
 /// The most frames `detect_every` and `reidentify_every` may name.
@@ -82,10 +97,11 @@ impl Cadence {
     pub const EVERY_FRAME: Cadence = Cadence {
         detect_every: 1,
         reidentify_every: 1,
+        track_by: TrackBy::Correlation,
     };
 
     pub fn every_frame(&self) -> bool {
-        *self == Cadence::EVERY_FRAME
+        (self.detect_every, self.reidentify_every) == (1, 1)
     }
 
     /// This cadence with what a request asks instead.
@@ -93,6 +109,7 @@ impl Cadence {
         Cadence {
             detect_every: detect_every.unwrap_or(self.detect_every),
             reidentify_every: reidentify_every.unwrap_or(self.reidentify_every),
+            track_by: self.track_by,
         }
     }
 }
