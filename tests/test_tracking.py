@@ -83,8 +83,9 @@ def test_every_frame_cadence_answers_as_the_face_model(http, frames):
 
 
 # What the shipped sequence models ask (model_repository/face_sequence, face_onnx_sequence):
-# dlib detects every 5th frame (HOG costs 8x the tracker), the ONNX engine every frame.
-TRACKS = {"dlib": True, "onnx": False}
+# dlib detects every 5th frame (HOG costs 8x the tracker), the ONNX engine every 3rd (its faces
+# carried by their points between).
+TRACKS = {"dlib": True, "onnx": True}
 
 
 def test_shipped_cadence_embeds_less(http, frames, sample_video, engine):
@@ -261,6 +262,9 @@ def covered(rgb: np.ndarray, boxes: list[dict]) -> np.ndarray:
     return out
 
 
+# The correlation tracker's own rules: face_sequence (dlib) keeps it; face_onnx_sequence carries
+# faces by their points (test_faces_carried_by_their_points).
+@pytest.mark.engines("dlib")
 def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
     """Frames 50-58 (obama at the left, biden at the right, both still), detecting every 4th: at
     54 both faces are covered (`covered`), so the detection misses them. Their trackers still hold
@@ -280,6 +284,7 @@ def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
         assert all(s == want for _, _, s in faces), f"frame {50 + i}: {faces}"
 
 
+@pytest.mark.engines("dlib")  # the correlation tracker's (above)
 def test_tracked_faces_are_dropped_as_detected_ones_are(http, frames):
     """`max_faces` and `min_face_size` hold between detections too (frames 50-55, detecting every
     4th): at 51 `max_faces` 1 keeps the larger face, at 52 `min_face_size` drops both, and their

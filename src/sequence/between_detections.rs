@@ -490,8 +490,7 @@ impl SequenceState {
     /// `track_by: points`: whether a carried face may be partial, so that
     /// its points would place its box badly: a face seen in too few frames
     /// in a row (`Points::young`), its box at the frame's edge or touching
-    /// another's. Such frames are
-    /// detected, as every frame is when nothing is carried.
+    /// another's. Such frames are detected.
     fn unsure(&self, carried: &[(usize, BoxPx, f32)]) -> bool {
         let Some((w, h)) = self.size.map(|(w, h)| (w as f32, h as f32)) else {
             return false;
