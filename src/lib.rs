@@ -18,6 +18,7 @@ pub mod error;
 pub mod gallery;
 pub mod gpu;
 pub mod metric;
+pub mod parts;
 pub mod pipeline;
 pub mod result;
 pub mod sequence;

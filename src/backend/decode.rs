@@ -5,11 +5,10 @@
 //! is not held to one core's decoding. A request whose image does not
 //! decode fails alone, with the error it always had.
 
-use std::thread;
-
 use crate::backend::job::Job;
 use crate::backend::tensors::{decode_encoded, Decoded};
 use crate::error::{Error, Result};
+use crate::parts::in_parts;
 
 /// Every job's `encoded` images decoded into its frames, on at most
 /// `threads` threads (the calling one among them).
@@ -41,32 +40,12 @@ fn spread<T: Sync, R: Send>(
     threads: usize,
     f: impl Fn(&T) -> Result<R> + Sync,
 ) -> Vec<Result<R>> {
-    let run = items.len().div_ceil(threads.clamp(1, items.len().max(1)));
-    let mut chunks = items.chunks(run.max(1));
-    let Some(first) = chunks.next() else {
-        return Vec::new();
-    };
-    let f = &f;
-    thread::scope(|scope| {
-        let started: Vec<_> = chunks
-            .map(|chunk| {
-                let thread = thread::Builder::new().name("face-decode".into());
-                let handle = thread.spawn_scoped(scope, move || chunk.iter().map(f).collect());
-                (chunk.len(), handle)
-            })
-            .collect();
-        let mut results: Vec<Result<R>> = first.iter().map(f).collect();
-        for (len, handle) in started {
-            let part = match handle {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| failed(len, "a decoding thread panicked")),
-                Err(e) => failed(len, &format!("a decoding thread did not start: {e}")),
-            };
-            results.extend(part);
-        }
-        results
-    })
+    let each = |part: &[T]| part.iter().map(&f).collect::<Vec<_>>();
+    (in_parts(items, threads, "face-decode", each).into_iter())
+        .flat_map(|(len, part)| {
+            part.unwrap_or_else(|why| failed(len, &format!("a decoding thread {why}")))
+        })
+        .collect()
 }
 
 fn failed<R>(count: usize, why: &str) -> Vec<Result<R>> {

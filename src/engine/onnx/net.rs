@@ -19,6 +19,7 @@ use super::settings::{OnnxSettings, Runtime};
 use super::tract::TractNet;
 use super::tract_ops::{self, Kernels, OwnKernels};
 use crate::error::{Error, Result};
+use crate::parts::in_parts;
 
 /// A loaded model in the runtime that runs it.
 pub(super) enum Runner {
@@ -654,47 +655,31 @@ fn fill_run<T: Sync>(
     fill: &(impl Fn(&T, &mut Vec<f32>) -> Result<()> + Sync),
     data: &mut Vec<f32>,
 ) -> Vec<Result<()>> {
-    let threads = threads.clamp(1, items.len().max(1));
     let one = |item: &T, data: &mut Vec<f32>| fill_one(item, item_shape, fill, data);
-    if threads == 1 {
+    if threads.min(items.len()) <= 1 {
         return items.iter().map(|item| one(item, data)).collect();
     }
-    let mut parts = items.chunks(items.len().div_ceil(threads));
-    let first = parts.next().unwrap_or_default();
-    std::thread::scope(|scope| {
-        let one = &one;
-        let started: Vec<_> = parts
-            .map(|part| {
-                let thread = std::thread::Builder::new().name("face-fill".into());
-                let handle = thread.spawn_scoped(scope, move || {
-                    let per_item: usize = item_shape.iter().product();
-                    let mut mine = Vec::with_capacity(part.len() * per_item);
-                    let done: Vec<Result<()>> = part.iter().map(|i| one(i, &mut mine)).collect();
-                    (done, mine)
-                });
-                (part.len(), handle)
-            })
-            .collect();
-        let mut results: Vec<Result<()>> = first.iter().map(|item| one(item, data)).collect();
-        for (len, handle) in started {
-            let joined = match handle {
-                Ok(h) => h.join().map_err(|_| "panicked".to_string()),
-                Err(e) => Err(format!("did not start: {e}")),
-            };
-            match joined {
-                Ok((done, mine)) => {
-                    data.extend_from_slice(&mine);
-                    results.extend(done);
-                }
-                Err(why) => results.extend((0..len).map(|_| {
-                    Err(Error::internal(format!(
-                        "a thread filling a model's input {why}"
-                    )))
-                })),
+    let per_item: usize = item_shape.iter().product();
+    let parts = in_parts(items, threads, "face-fill", |part| {
+        let mut mine = Vec::with_capacity(part.len() * per_item);
+        let done: Vec<Result<()>> = part.iter().map(|i| one(i, &mut mine)).collect();
+        (done, mine)
+    });
+    let mut results = Vec::with_capacity(items.len());
+    for (len, part) in parts {
+        match part {
+            Ok((done, mine)) => {
+                data.extend_from_slice(&mine);
+                results.extend(done);
             }
+            Err(why) => results.extend((0..len).map(|_| {
+                Err(Error::internal(format!(
+                    "a thread filling a model's input {why}"
+                )))
+            })),
         }
-        results
-    })
+    }
+    results
 }
 
 /// One item's values appended to `data` by `fill`: all of them (the
