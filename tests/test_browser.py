@@ -48,18 +48,25 @@ def app_url(start_module_server, tmp_path_factory):
         app.wait(timeout=30)
 
 
+def wait_until(probe, failure, timeout: float = WAIT_S):
+    """`probe()`'s first true value, asked every 0.3 s; past `timeout` seconds the test fails
+    with `failure()` (called then: it may describe the last thing the probe saw)."""
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        assert time.monotonic() < deadline, failure()
+        time.sleep(0.3)
+    return value
+
+
 def wait_healthy(port: int, app: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert app.poll() is None, f"streamlit exited:\n{log.read_text()[-3000:]}"
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return
+                return r.read().strip() == b"ok"
         except OSError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"streamlit not healthy in {WAIT_S} s:\n{log.read_text()[-3000:]}")
+            return False
+    wait_until(healthy, lambda: f"streamlit not healthy in {WAIT_S} s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +97,13 @@ def page_text(driver) -> str:
 
 
 def wait_for_text(driver, *wanted: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(w in (text := page_text(driver)) for w in wanted):
-        assert time.monotonic() < deadline, f"not on the page: {wanted}\n---\n{text[-2000:]}"
-        time.sleep(0.3)
+    text = ""
+
+    def shown() -> bool:
+        nonlocal text
+        text = page_text(driver)
+        return all(w in text for w in wanted)
+    wait_until(shown, lambda: f"not on the page: {wanted}\n---\n{text[-2000:]}", timeout)
 
 
 def open_tab(driver, url: str, tab: str):
@@ -107,16 +117,21 @@ def open_tab(driver, url: str, tab: str):
     raise AssertionError(f"no tab {tab}")
 
 
+UPLOADER_INPUTS = "[data-testid=stFileUploader] input[type=file]"
+
+
 def file_inputs(driver, at_least: int = 1, timeout: float = WAIT_S):
     """The page's file inputs, once it shows `at_least` of them: a tab just clicked may still
     be rendering (a loaded machine once found none)."""
     from selenium.webdriver.common.by import By
-    deadline = time.monotonic() + timeout
-    while len(found := driver.find_elements(
-            By.CSS_SELECTOR, "[data-testid=stFileUploader] input[type=file]")) < at_least:
-        assert time.monotonic() < deadline, f"{len(found)} file inputs on the page, not {at_least}"
-        time.sleep(0.3)
-    return found
+    found = []
+
+    def enough():
+        nonlocal found
+        found = driver.find_elements(By.CSS_SELECTOR, UPLOADER_INPUTS)
+        return found if len(found) >= at_least else None
+    return wait_until(enough, lambda: f"{len(found)} file inputs on the page, not {at_least}",
+                      timeout)
 
 
 def click_button(driver, label: str, timeout: float = WAIT_S) -> None:
@@ -124,17 +139,18 @@ def click_button(driver, label: str, timeout: float = WAIT_S) -> None:
     after every change, so elements found a moment ago may be gone: look again)."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def clicked() -> bool:
         try:
             for button in driver.find_elements(By.TAG_NAME, "button"):
                 if button.text.strip() == label and button.is_displayed() and button.is_enabled():
                     button.click()
-                    return
+                    return True
         except StaleElementReferenceException:
             pass
-        time.sleep(0.3)
-    raise AssertionError(f"no visible, enabled button {label!r} within {timeout:.0f} s")
+        return False
+    wait_until(clicked, lambda: f"no visible, enabled button {label!r} within {timeout:.0f} s",
+               timeout)
 
 
 def shot(driver, name: str) -> Path:
@@ -155,12 +171,10 @@ def test_photo_named_and_drawn(browser, app_url, photos):
     file_inputs(browser)[0].send_keys(str(photos.path("obama_640x480.jpg")))
     wait_for_text(browser, "obama_640x480.jpg: 1 face(s); obama")
     # The annotated photo: an image the browser decoded, of non-zero size.
-    deadline = time.monotonic() + WAIT_S
-    while not (sizes := browser.execute_script(
-            "return [...document.querySelectorAll('img')].filter(i => i.complete)"
-            ".map(i => [i.naturalWidth, i.naturalHeight]).filter(s => s[0] > 100);")):
-        assert time.monotonic() < deadline, "no annotated photo on the page"
-        time.sleep(0.3)
+    sizes = wait_until(lambda: browser.execute_script(
+        "return [...document.querySelectorAll('img')].filter(i => i.complete)"
+        ".map(i => [i.naturalWidth, i.naturalHeight]).filter(s => s[0] > 100);"),
+        lambda: "no annotated photo on the page")
     assert all(h > 0 for _, h in sizes), sizes
     shot(browser, "photos")
 
@@ -193,19 +207,18 @@ def test_sample_video_summary(browser, app_url):
     click_button(browser, "Process")
     wait_for_text(browser, "end of input", "Who appeared", timeout=VIDEO_WAIT_S)
     # The table comes in after its heading: wait for it, as for the text.
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    tables = []
+
+    def people_table() -> bool:
+        nonlocal tables
         tables = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "[data-testid=stTable]")
                   if t.is_displayed()]
-        if any("obama" in t and "biden" in t for t in tables):
-            break
-        assert time.monotonic() < deadline, tables
-        time.sleep(0.3)
+        return any("obama" in t and "biden" in t for t in tables)
+    wait_until(people_table, lambda: tables)
     # The annotated video plays in the browser (H.264 in MP4): its first frame is decoded.
-    deadline = time.monotonic() + WAIT_S
-    while not browser.execute_script(
-            "const v = document.querySelector('video'); return v && v.readyState >= 2 && v.videoWidth;"):
-        assert time.monotonic() < deadline, "the annotated video did not load in the browser"
-        time.sleep(0.3)
+    wait_until(lambda: browser.execute_script(
+        "const v = document.querySelector('video');"
+        "return v && v.readyState >= 2 && v.videoWidth;"),
+        lambda: "the annotated video did not load in the browser")
     shot(browser, "video")
 
