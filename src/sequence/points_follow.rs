@@ -94,7 +94,7 @@ impl Points {
     /// Whether frame `n` detects the face still: it has not yet been seen
     /// in `YOUNG` frames in a row.
     pub(super) fn young(&self, n: u64) -> bool {
-        n - self.since < YOUNG
+        n.saturating_sub(self.since) < YOUNG
     }
 
     /// Its box around the `points` found at its last box (`Anchor::place`).
