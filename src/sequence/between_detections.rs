@@ -370,10 +370,9 @@ impl SequenceState {
                     Err(_) => track.follow = None,
                 },
                 _ => {
-                    let v = match self.cadence.track_by {
-                        TrackBy::Points => follow.points.as_ref().map_or([0.0; 2], |p| p.velocity),
-                        TrackBy::Correlation => [0.0; 2],
-                    };
+                    // Points carry a face on at its speed; otherwise it
+                    // has none (`points` is None) and stays put.
+                    let v = follow.points.as_ref().map_or([0.0; 2], |p| p.velocity);
                     carried.push((t, track.last_box.shifted(v), f32::INFINITY))
                 }
             }
@@ -590,10 +589,9 @@ impl SequenceState {
             // A box the tracker refuses (under 1 px a side) is found again
             // by the next detection.
             let tracker = image.and_then(|i| BoxTracker::start(i, face.bbox).ok());
-            let before = track.follow.take();
-            let carried = before
-                .as_ref()
-                .and_then(|f| f.points.as_ref())
+            let mut before = track.follow.take();
+            let carried = (before.as_mut())
+                .and_then(|f| f.points.take())
                 .filter(|_| in_a_row);
             let points = (self.cadence.track_by == TrackBy::Points)
                 .then(|| Points::detected(carried, &face.bbox, &face.landmarks, n));

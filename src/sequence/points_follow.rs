@@ -56,7 +56,7 @@ impl Points {
     /// A face detected at `bbox` around `points` in frame `n`; `before`:
     /// what carried it, when it was seen in the frame before.
     pub(super) fn detected(
-        before: Option<&Points>,
+        before: Option<Points>,
         bbox: &BoxPx,
         points: &[[f32; 2]; 5],
         n: u64,
@@ -66,7 +66,7 @@ impl Points {
             Some(b) if n > b.detected.1 => {
                 let frames = (n - b.detected.1) as f32;
                 let v = [0, 1].map(|i| (centre[i] - b.detected.0[i]) / frames);
-                (v, b.since, b.thumb.clone())
+                (v, b.since, b.thumb)
             }
             _ => ([0.0; 2], n, None),
         };
@@ -124,8 +124,8 @@ impl Anchor {
     fn of(bbox: &BoxPx, points: &[[f32; 2]; 5]) -> Option<Anchor> {
         let (c, s) = frame_of(points)?;
         Some(Anchor {
-            dx: ((bbox.left + bbox.right) / 2.0 - c[0]) / s,
-            dy: ((bbox.top + bbox.bottom) / 2.0 - c[1]) / s,
+            dx: (bbox.centre()[0] - c[0]) / s,
+            dy: (bbox.centre()[1] - c[1]) / s,
             width: (bbox.right - bbox.left) / s,
             height: (bbox.bottom - bbox.top) / s,
         })
@@ -247,7 +247,7 @@ mod tests {
         let first = Points::detected(None, &at(100.0), &POINTS, 10);
         assert_eq!(first.velocity, [0.0, 0.0]);
         assert!(first.young(11) && first.young(12) && !first.young(13));
-        let later = Points::detected(Some(&first), &at(130.0), &POINTS, 13);
+        let later = Points::detected(Some(first), &at(130.0), &POINTS, 13);
         assert_eq!(later.velocity, [10.0, 0.0]);
         assert!(!later.young(14), "its run began at frame 10");
         let after_gap = Points::detected(None, &at(400.0), &POINTS, 30);
