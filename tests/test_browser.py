@@ -134,6 +134,20 @@ def file_inputs(driver, at_least: int = 1, timeout: float = WAIT_S):
                       timeout)
 
 
+def upload(driver, path: Path, nth: int = 0, tries: int = 3) -> None:
+    """`path` into the page's `nth` file uploader, until the uploader lists it: a file sent while
+    Streamlit re-renders the page can be dropped (a loaded CI machine once showed an empty
+    uploader a minute later), so a file not listed within 15 s is sent again."""
+    for attempt in range(tries):
+        file_inputs(driver, at_least=nth + 1)[nth].send_keys(str(path))
+        try:
+            wait_for_text(driver, path.name, timeout=15)
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
+
+
 def click_button(driver, label: str, timeout: float = WAIT_S) -> None:
     """Click the visible, enabled button `label`, waiting for it (Streamlit re-renders the page
     after every change, so elements found a moment ago may be gone: look again)."""
@@ -168,7 +182,7 @@ def shot(driver, name: str) -> Path:
 
 def test_photo_named_and_drawn(browser, app_url, photos):
     open_tab(browser, app_url, "Photos")
-    file_inputs(browser)[0].send_keys(str(photos.path("obama_640x480.jpg")))
+    upload(browser, photos.path("obama_640x480.jpg"))
     wait_for_text(browser, "obama_640x480.jpg: 1 face(s); obama")
     # The annotated photo: an image the browser decoded, of non-zero size.
     sizes = wait_until(lambda: browser.execute_script(
@@ -185,8 +199,7 @@ def test_enroll_and_forget_in_the_list(browser, app_url, photos):
     wait_for_text(browser, "2 people")
     browser.find_element(By.CSS_SELECTOR, "input[aria-label=Name]").send_keys("alice")
     # The second uploader is the enrollment form's.
-    file_inputs(browser, at_least=2)[1].send_keys(str(photos.path("obama3.jpg")))
-    wait_for_text(browser, "obama3.jpg")
+    upload(browser, photos.path("obama3.jpg"), nth=1)
     click_button(browser, "Enroll")
     wait_for_text(browser, "Enrolled alice", "3 people")
     shot(browser, "people")
