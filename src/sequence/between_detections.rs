@@ -18,9 +18,7 @@ use crate::metric::{rounded, Metric};
 use crate::pipeline::{BoxPx, Face, Frame, Stages, Wanted};
 
 use super::points_follow::Points;
-use super::{
-    majority, overlap, Before, Limits, Observed, SequenceState, Track, TrackBy, MIN_OVERLAP,
-};
+use super::{majority, overlap, Before, Limits, Observed, SequenceState, Track, MIN_OVERLAP};
 
 /// How a face of a followed frame was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,9 +175,10 @@ impl SequenceState {
         let started = Instant::now();
         // Every frame detected, or faces carried by their points: no
         // correlation tracker.
-        let image = match (self.cadence.detect_every, self.cadence.track_by) {
-            (1, _) | (_, TrackBy::Points) => None,
-            _ => Some(TrackFrame::new(frame)?),
+        let image = if self.cadence.detect_every == 1 || self.cadence.by_points() {
+            None
+        } else {
+            Some(TrackFrame::new(frame)?)
         };
         // A frame of another size is another camera or a photo: no box
         // carries over; its faces are detected and found by embedding.
@@ -199,7 +198,7 @@ impl SequenceState {
         let lost = !resized && carried.iter().any(|(_, b, c)| !self.holds(b, *c));
         // Faces carried by their points: every one keeps this frame's look
         // (`|`, not `||`), whether the frame is detected or not.
-        let by_points = self.cadence.track_by == TrackBy::Points && !resized;
+        let by_points = self.cadence.by_points() && !resized;
         let unsure = by_points && (!self.alike(frame, &carried) | self.unsure(&carried));
         let detect = self
             .frames
@@ -258,7 +257,7 @@ impl SequenceState {
             false => Source::Tracked,
         };
         let mut faces = faces;
-        if !pending.detect && self.cadence.track_by == TrackBy::Points {
+        if !pending.detect && self.cadence.by_points() {
             self.place_by_points(&mut faces, &pending.track_of);
         }
         pending.sources = vec![source; faces.len()];
@@ -272,7 +271,7 @@ impl SequenceState {
         let track_of = &pending.track_of;
         // Points found at a box the face has moved from may align its chip
         // badly: a face carried by its points is embedded at detections.
-        let carried_by_points = !pending.detect && self.cadence.track_by == TrackBy::Points;
+        let carried_by_points = !pending.detect && self.cadence.by_points();
         pending.due = (0..faces.len())
             .map(|i| {
                 if carried_by_points {
@@ -512,7 +511,7 @@ impl SequenceState {
     /// in the frame.
     fn holds(&self, b: &BoxPx, confidence: f32) -> bool {
         let (w, h) = self.size.map_or((0.0, 0.0), |(w, h)| (w as f32, h as f32));
-        let (cx, cy) = ((b.left + b.right) / 2.0, (b.top + b.bottom) / 2.0);
+        let [cx, cy] = b.centre();
         let inside = (0.0..w).contains(&cx) && (0.0..h).contains(&cy);
         confidence >= LOST_BELOW && inside && b.shorter_side() >= 1.0
     }
@@ -593,7 +592,9 @@ impl SequenceState {
             let carried = (before.as_mut())
                 .and_then(|f| f.points.take())
                 .filter(|_| in_a_row);
-            let points = (self.cadence.track_by == TrackBy::Points)
+            let points = self
+                .cadence
+                .by_points()
                 .then(|| Points::detected(carried, &face.bbox, &face.landmarks, n));
             track.follow = Some(Follow {
                 tracker,

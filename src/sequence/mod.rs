@@ -104,6 +104,11 @@ impl Cadence {
         (self.detect_every, self.reidentify_every) == (1, 1)
     }
 
+    /// Whether faces are carried between detections by their points.
+    pub fn by_points(&self) -> bool {
+        self.track_by == TrackBy::Points
+    }
+
     /// This cadence with what a request asks instead.
     pub fn asked(self, detect_every: Option<u32>, reidentify_every: Option<u32>) -> Cadence {
         Cadence {
