@@ -11,7 +11,9 @@ other scenes made the same way (`sample_video.py --scene crossing`: two faces cr
 the other; `camera`: a face walking towards the camera, swaying and growing, then two side by
 side; `approach`, `offsets`, `behind`: faces entering at 50 px, small faces between the
 detector's cells, a face passing behind another), scored the same way. `--video SCENE` runs the
-streams on that scene instead.
+streams on that scene instead. Each row gives the client's CPU per stream and the server's per
+frame; a last table gives a frame's stages (the `timings` of one unpaced stream), on detected
+frames and on the frames between.
 
     python benches/video_streams.py            # -> out/bench-video-streams.txt
     python benches/video_streams.py --engines onnx --cadences shipped --start 20
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -34,7 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suite's server harness: repository per engine
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import face_api  # noqa: E402
 import sample_video  # noqa: E402
+import video as video_client  # noqa: E402
 from environment import SampleVideo, resolve_env  # noqa: E402
 from triton_server import TritonServer  # noqa: E402
 from video_score import Score, score  # noqa: E402
@@ -45,11 +50,19 @@ HOLD = 0.95  # of PACE
 CADENCES = {"every frame": {"detect_every": "1", "reidentify_every": "1"}, "shipped": {}}
 
 
+def server_cpu(server: TritonServer) -> float:
+    """Seconds of CPU the server process has used (user and system)."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def streams_run(server: TritonServer, video: SampleVideo, streams: int,
-                out: Path) -> tuple[list[float], Score, float]:
+                out: Path) -> tuple[list[float], Score, float, float]:
     """Frames/s each of `streams` paced streams held, their answers scored against the video's
-    truth (each stream on its own, summed), and the client's CPU per stream (share of one core)."""
+    truth (each stream on its own, summed), the client's CPU per stream (share of one core) and
+    the server's CPU per frame (ms)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_before = server_cpu(server)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "video.py"), str(video.path), "--streams", str(streams),
@@ -58,6 +71,7 @@ def streams_run(server: TritonServer, video: SampleVideo, streams: int,
          "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - started
+    server_used = server_cpu(server) - server_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
@@ -66,13 +80,40 @@ def streams_run(server: TritonServer, video: SampleVideo, streams: int,
     names = [f"{stem}-{i}.json" for i in range(streams)] if streams > 1 else [f"{stem}.json"]
     reports = [json.loads((out / name).read_text()) for name in names]
     scored = sum((score(r["frames"], video.truth) for r in reports), Score())
-    return [r["frames_per_second"] for r in reports], scored, cpu / wall / streams
+    frames = sum(r["frames_sent"] for r in reports)
+    return ([r["frames_per_second"] for r in reports], scored, cpu / wall / streams,
+            1e3 * server_used / frames)
+
+
+STAGES = ("decode", "detection", "landmarks", "embedding", "matching")
+
+
+def frame_costs(server: TritonServer, video: SampleVideo) -> tuple[float, dict, dict]:
+    """One stream, unpaced, with the `timings` parameter (the second pass over the video; the
+    first warms the server): the share of frames detected, and each stage's mean ms on detected
+    frames and on the frames between (there `landmarks` is the tracker's work: the box carried
+    and the landmarks at it)."""
+    client = face_api.connect(f"127.0.0.1:{server.http_port}")
+    timings = []
+    for _ in range(2):
+        timings.clear()
+        container = video_client.open_input(str(video.path))
+        with container, face_api.Sequence(client, "face_sequence", {"timings": True}) as sequence:
+            for _, rgb in video_client.frames(container):
+                timings.append(sequence.send(image=rgb)["timings_ms"])
+    detected = [t for t in timings if t["detection"] > 0]
+    between = [t for t in timings if t["detection"] == 0]
+
+    def means(frames: list[dict]) -> dict:
+        return {k: sum(t[k] for t in frames) / max(1, len(frames)) for k in STAGES}
+    return len(detected) / len(timings), means(detected), means(between)
 
 
 def engine_rows(engine: str, cadence: str, videos: list[SampleVideo], streams_from: range,
                 work: Path, params: dict[str, str],
-                drop: list[str]) -> tuple[list[tuple], list[Score]]:
-    """The streams rows on the first video, then each other video's score as one stream."""
+                drop: list[str]) -> tuple[list[tuple], list[Score], tuple]:
+    """The streams rows on the first video, each other video's score as one stream, and the
+    first video's cost per frame (`frame_costs`)."""
     video, others = videos[0], videos[1:]
     rows = []
     folder = work / f"{engine}-{cadence.replace(' ', '-')}"
@@ -81,14 +122,47 @@ def engine_rows(engine: str, cadence: str, videos: list[SampleVideo], streams_fr
     with TritonServer(resolve_env(), folder, model="face_sequence", engine=engine,
                       params=params, config_edits=edits) as server:
         for streams in streams_from:
-            held, scored, client = streams_run(server, video, streams, folder / f"n{streams}")
-            rows.append((engine, cadence, streams, min(held), sum(held) / len(held), scored, client))
+            held, scored, client, server_ms = streams_run(server, video, streams,
+                                                          folder / f"n{streams}")
+            rows.append((engine, cadence, streams, min(held), sum(held) / len(held), scored, client,
+                         server_ms))
             print(f"{engine}, {cadence}: {streams} stream(s): {min(held):.2f} .. {max(held):.2f} "
                   f"frames/s", flush=True)
             if min(held) < HOLD * PACE:
                 break
         scores = [streams_run(server, other, 1, folder / other.path.stem)[1] for other in others]
-    return rows, scores
+        costs = frame_costs(server, video)
+    return rows, scores, costs
+
+
+def tables(rows: list[tuple], others: list[tuple], costs: list[tuple], video: str) -> list[str]:
+    """The report's three tables: streams, the other scenes, the cost of a frame."""
+    lines = ["| engine | cadence | streams | slowest stream fps | mean fps | named right "
+             "| false names | ID switches | boxes within IoU 0.5 | client CPU per stream "
+             "| server CPU per frame |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {e} | {c} | {n} | {low:.2f} | {mean:.2f} | {s.named_share:.3f} "
+              f"| {s.false_names} | {s.id_switches} | {s.box_share:.3f} | {client:.0%} "
+              f"| {server_ms:.2f} ms |"
+              for e, c, n, low, mean, s, client, server_ms in rows]
+    lines += ["", f"Streams on the {video} video. The other scenes, one stream each:", "",
+              "| scene | engine | cadence | named right | false names | ID switches "
+              "| boxes within IoU 0.5 |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {e} | {c} | {s.named_share:.3f} | {s.false_names} | {s.id_switches} "
+              f"| {s.box_share:.3f} |" for e, c, name, s in others]
+    lines += ["", f"A frame's stages (ms, mean), one unpaced stream of the {video} video with "
+              "`timings`; between detections `landmarks` is the tracker's work:", "",
+              "| engine | cadence | frames detected | frame | " + " | ".join(STAGES) + " |",
+              "|---|---|---|---|" + "---|" * len(STAGES)]
+    for e, c, share, detected, between in costs:
+        for kind, stages in (("detected", detected), ("between", between)):
+            if kind == "between" and share == 1.0:
+                continue
+            lines.append(f"| {e} | {c} | {share:.0%} | {kind} | "
+                         + " | ".join(f"{stages[k]:.2f}" for k in STAGES) + " |")
+    lines.append("")
+    return lines
 
 
 def main() -> None:
@@ -107,7 +181,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench-video-streams.txt")
     args = ap.parse_args()
     video = SampleVideo.find()
-    rows, others = [], []
+    rows, others, costs = [], [], []
     extra = dict(p.split("=", 1) for p in args.param)
     runs = [(e, c) for e in args.engines.split(",") for c in args.cadences.split(",")]
     with tempfile.TemporaryDirectory() as work:
@@ -119,24 +193,13 @@ def main() -> None:
             video, scenes["sample"] = scenes.pop(args.video), video
         videos = [video, *scenes.values()]
         for engine, cadence in runs:
-            streams, scores = engine_rows(engine, cadence, videos, range(args.start, args.most + 1),
-                                          Path(work), {**CADENCES[cadence], **extra},
-                                          args.drop)
+            streams, scores, cost = engine_rows(engine, cadence, videos,
+                                                range(args.start, args.most + 1), Path(work),
+                                                {**CADENCES[cadence], **extra}, args.drop)
             rows += streams
             others += [(engine, cadence, name, s) for name, s in zip(scenes, scores)]
-    lines = ["| engine | cadence | streams | slowest stream fps | mean fps | named right "
-             "| false names | ID switches | boxes within IoU 0.5 | client CPU per stream |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {e} | {c} | {n} | {low:.2f} | {mean:.2f} | {s.named_share:.3f} "
-              f"| {s.false_names} | {s.id_switches} | {s.box_share:.3f} | {client:.0%} |"
-              for e, c, n, low, mean, s, client in rows]
-    lines += ["", f"Streams on the {args.video} video. The other scenes, one stream each:", "",
-              "| scene | engine | cadence | named right | false names | ID switches "
-              "| boxes within IoU 0.5 |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {name} | {e} | {c} | {s.named_share:.3f} | {s.false_names} | {s.id_switches} "
-              f"| {s.box_share:.3f} |" for e, c, name, s in others]
-    lines.append("")
+            costs.append((engine, cadence, *cost))
+    lines = tables(rows, others, costs, args.video)
     for engine, cadence in runs:
         held = [n for e, c, n, low, *_ in rows if (e, c) == (engine, cadence) and low >= HOLD * PACE]
         lines.append(f"{engine}, {cadence}: {max(held, default=0)} streams of {PACE:g} fps held")
