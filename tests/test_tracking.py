@@ -262,10 +262,15 @@ def covered(rgb: np.ndarray, boxes: list[dict]) -> np.ndarray:
     return out
 
 
-# The correlation tracker's own rules: face_sequence (dlib) keeps it; face_onnx_sequence carries
-# faces by their points (test_faces_carried_by_their_points).
-@pytest.mark.engines("dlib")
-def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
+@pytest.fixture(scope="module")
+def correlation(start_module_server):
+    """face_sequence on dlib's correlation tracker (`track_by: correlation`, the parameter's
+    default; the shipped models carry faces by their points)."""
+    return start_module_server(model=SEQUENCE_MODEL, params={"track_by": "correlation"}).http()
+
+
+# The correlation tracker's own rules.
+def test_a_missed_detection_keeps_the_tracks_and_their_names(correlation, frames):
     """Frames 50-58 (obama at the left, biden at the right, both still), detecting every 4th: at
     54 both faces are covered (`covered`), so the detection misses them. Their trackers still hold
     them, so both tracks go on (`track_shadow_rounds`, 2 as shipped): the faces are answered as
@@ -273,7 +278,7 @@ def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
     docs = []
     for f in range(50, 59):
         rgb = covered(frames[f], [d["box"] for d in docs[0]["faces"]]) if f == 54 else frames[f]
-        docs.append(step(http, 105, rgb, start=f == 50, end=f == 58,
+        docs.append(step(correlation, 105, rgb, start=f == 50, end=f == 58,
                          **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {})))
     seen = [sorted((d["name"], d["track"], d["source"]) for d in doc["faces"]) for doc in docs]
     first = sorted((name, track) for name, track, _ in seen[0])
@@ -284,13 +289,12 @@ def test_a_missed_detection_keeps_the_tracks_and_their_names(http, frames):
         assert all(s == want for _, _, s in faces), f"frame {50 + i}: {faces}"
 
 
-@pytest.mark.engines("dlib")  # the correlation tracker's (above)
-def test_tracked_faces_are_dropped_as_detected_ones_are(http, frames):
+def test_tracked_faces_are_dropped_as_detected_ones_are(correlation, frames):
     """`max_faces` and `min_face_size` hold between detections too (frames 50-55, detecting every
     4th): at 51 `max_faces` 1 keeps the larger face, at 52 `min_face_size` drops both, and their
     tracks let go, so 53 answers none; the detection at 54 finds both again, in their tracks."""
     asked = {51: {"max_faces": 1}, 52: {"min_face_size": 65536}}
-    docs = [step(http, 106, frames[f], start=f == 50, end=f == 55,
+    docs = [step(correlation, 106, frames[f], start=f == 50, end=f == 55,
                  **({"detect_every": 4, "reidentify_every": 10} if f == 50 else {}),
                  **asked.get(f, {}))
             for f in range(50, 56)]
