@@ -578,7 +578,8 @@ pub static PARAMETERS: &[Parameter] = &[
                   detections: dlib's `correlation` tracker, or `points`: the engine's five \
                   points at the face's last box place its next box as the box sat around them \
                   at its last detection (a landmark run a face, no correlation filter), the \
-                  detector running out of turn where a face may be partial or gone \
+                  detector running out of turn where a face may be partial or gone; both \
+                  shipped sequence models ask `points` \
                   ([sequences](sequences.md#following-faces-between-detections))",
         section: Section::General,
         apply: |d, v| {
