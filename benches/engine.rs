@@ -50,7 +50,7 @@ use triton_face::engine::onnx::{Hygiene, OnnxEngine, OnnxSettings, Runtime};
 use triton_face::engine::tracker::{BoxTracker, TrackFrame};
 use triton_face::engine::Engine;
 use triton_face::pipeline::image::frame_from_encoded;
-use triton_face::pipeline::{Frame, Wanted};
+use triton_face::pipeline::{Frame, OwnedFrame, Wanted};
 
 #[path = "common/face_onnx.rs"]
 mod face_onnx;
@@ -77,7 +77,7 @@ fn selected(group: &str) -> bool {
     std::env::var("FACE_BENCH_ONLY").map_or(true, |only| only.is_empty() || only == group)
 }
 
-fn decode(jpeg: &[u8], max_pixels: u64) -> Frame {
+fn decode(jpeg: &[u8], max_pixels: u64) -> OwnedFrame {
     frame_from_encoded("bench photo", jpeg, max_pixels).expect("decode the bench photo")
 }
 
@@ -96,7 +96,7 @@ fn analyze_wanted(engine: &mut dyn Engine, frame: &Frame, wanted: Wanted) -> usi
 }
 
 /// Load the engine, check it finds a face in the photo, say so on stderr.
-fn prepare(engine: &mut dyn Engine, jpeg: &[u8], photo: &Path, max_faces: usize) -> Frame {
+fn prepare(engine: &mut dyn Engine, jpeg: &[u8], photo: &Path, max_faces: usize) -> OwnedFrame {
     let frame = decode(jpeg, MAX_PIXELS);
     let faces = analyze(engine, &frame, max_faces);
     assert!(
@@ -165,13 +165,15 @@ fn bench_resize(c: &mut Criterion) {
     let cases = [
         (
             "obama.jpg to 512x640",
-            obama.rgb.clone(),
+            obama.rgb.to_vec(),
             (910, 1137),
             (512, 640),
         ),
         (
             "obama3.jpg to 393x640",
-            decode(&read_photo("assets/photos/obama3.jpg").1, MAX_PIXELS).rgb,
+            decode(&read_photo("assets/photos/obama3.jpg").1, MAX_PIXELS)
+                .rgb
+                .into_owned(),
             (1434, 2333),
             (393, 640),
         ),

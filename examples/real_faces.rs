@@ -74,7 +74,7 @@ fn faces(engine: &mut OnnxEngine, im: &RgbImage, limit: usize) -> Vec<Face> {
     let frame = Frame {
         width: im.width(),
         height: im.height(),
-        rgb: im.as_raw().clone(),
+        rgb: im.as_raw().as_slice().into(),
     };
     let mut results = engine.analyze(&[(&frame, Wanted::all(limit))]);
     results

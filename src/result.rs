@@ -420,7 +420,7 @@ mod tests {
         let frame = Frame {
             width: 4,
             height: 3,
-            rgb: vec![0; 36],
+            rgb: vec![0; 36].into(),
         };
         let face = Face {
             bbox: BoxPx {

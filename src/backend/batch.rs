@@ -140,11 +140,11 @@ fn follow_followed(
 /// sequence frames: tracked_requests.rs); each request gets its share back (an image
 /// the engine failed on fails its request). An EMBEDDING request's rows
 /// become one face each.
-fn analyze(
+fn analyze<'r>(
     state: &mut InstanceState,
-    jobs: Vec<Result<Job>>,
+    jobs: Vec<Result<Job<'r>>>,
     settings: &Settings,
-) -> Vec<Result<Analyzed>> {
+) -> Vec<Result<Analyzed<'r>>> {
     let frames: Vec<(&Frame, Wanted)> = jobs
         .iter()
         .flatten()

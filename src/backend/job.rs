@@ -52,8 +52,8 @@ pub enum Manage {
 
 /// A request after the engine: its job and what the engine found in each
 /// of its frames (or, for EMBEDDING, one face per embedding).
-pub struct Analyzed {
-    pub job: Job,
+pub struct Analyzed<'r> {
+    pub job: Job<'r>,
     pub found: Vec<Analysis>,
 }
 
@@ -67,8 +67,9 @@ pub struct Options {
     pub timings: bool,
 }
 
-pub struct Job {
-    pub frames: Vec<Frame>,
+/// One request's work; its frames may borrow the request's pixels (`'r`).
+pub struct Job<'r> {
+    pub frames: Vec<Frame<'r>>,
     /// ENCODED's files until decode.rs decodes them into `frames`.
     pub encoded: Vec<Vec<u8>>,
     /// How long each frame took to decode.
@@ -104,7 +105,7 @@ pub struct Job {
     pub coarse: Option<u32>,
 }
 
-impl Job {
+impl Job<'_> {
     /// The threshold this request's faces are named within: its own
     /// `match_threshold`, else the model's. A key without `search` compares
     /// rounded distances with its rounded threshold (so no answer tells a
@@ -162,7 +163,7 @@ impl Job {
 }
 
 /// Read one request's inputs (`dim`: the length of this model's embeddings).
-pub fn read_job(request: &Request, settings: &Settings, dim: usize) -> Result<Job> {
+pub fn read_job<'r>(request: &'r Request, settings: &Settings, dim: usize) -> Result<Job<'r>> {
     let step = match &settings.sequence {
         None => None,
         Some(config) => Some(read_step(request, config)?),
@@ -381,12 +382,16 @@ fn read_count(request: &Request, name: &str, max: usize, why: &str) -> Result<Op
 
 /// A request's images: IMAGE's pixels as frames, ENCODED's files as sent
 /// (decoded with the whole Execute's: decode.rs).
-enum Images {
-    Decoded(Vec<Decoded>),
+enum Images<'r> {
+    Decoded(Vec<Decoded<'r>>),
     Encoded(Vec<Vec<u8>>),
 }
 
-fn read_frames(request: &Request, settings: &Settings, frameless_ok: bool) -> Result<Images> {
+fn read_frames<'r>(
+    request: &'r Request,
+    settings: &Settings,
+    frameless_ok: bool,
+) -> Result<Images<'r>> {
     match (request.input(IMAGE)?, request.input(ENCODED)?) {
         (Some(_), Some(_)) => Err(Error::invalid(format!(
             "send either {IMAGE} or {ENCODED} in a request, not both"

@@ -67,7 +67,7 @@ pub fn analyze_spread(
 /// One engine and its contiguous run of the batch's frames.
 struct Lane<'a> {
     engine: &'a mut Box<dyn Engine>,
-    frames: &'a [(&'a Frame, Wanted)],
+    frames: &'a [(&'a Frame<'a>, Wanted)],
 }
 
 fn lock<'m, 'a>(slot: &'m Mutex<Lane<'a>>) -> MutexGuard<'m, Lane<'a>> {
@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
     use crate::metric::Metric;
-    use crate::pipeline::{BoxPx, Face};
+    use crate::pipeline::{BoxPx, Face, OwnedFrame};
 
     /// Answers each frame with one face whose score is the frame's width,
     /// records which thread ran it, and panics on a frame of width 0.
@@ -194,13 +194,13 @@ mod tests {
         (engines, seen)
     }
 
-    fn frames(widths: &[u32]) -> Vec<Frame> {
+    fn frames(widths: &[u32]) -> Vec<OwnedFrame> {
         widths
             .iter()
             .map(|&width| Frame {
                 width,
                 height: 1,
-                rgb: Vec::new(),
+                rgb: Vec::new().into(),
             })
             .collect()
     }

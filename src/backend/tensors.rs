@@ -2,6 +2,7 @@
 //! (ENCODED), embeddings (EMBEDDING, REFERENCE) and TYPE_STRING elements,
 //! each checked against its declared type and shape.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use crate::backend::settings::Settings;
@@ -17,9 +18,9 @@ pub const EMBEDDING: &str = "EMBEDDING";
 pub const REFERENCE: &str = "REFERENCE";
 
 /// A frame and the time its decoding took.
-pub type Decoded = (Frame, Duration);
+pub type Decoded<'a> = (Frame<'a>, Duration);
 
-fn timed(decode: impl FnOnce() -> Result<Frame>) -> Result<Decoded> {
+fn timed<'a>(decode: impl FnOnce() -> Result<Frame<'a>>) -> Result<Decoded<'a>> {
     let started = Instant::now();
     decode().map(|frame| (frame, started.elapsed()))
 }
@@ -28,7 +29,7 @@ fn dims_text(shape: &[i64]) -> String {
     format!("{shape:?}")
 }
 
-pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
+pub fn read_pixels<'r>(input: &Input<'r>, settings: &Settings) -> Result<Vec<Decoded<'r>>> {
     if input.datatype != sys::TRITONSERVER_TYPE_UINT8 {
         return Err(Error::invalid(format!(
             "{IMAGE}: expected data type UINT8, got type code {}",
@@ -74,20 +75,21 @@ pub fn read_pixels(input: &Input, settings: &Settings) -> Result<Vec<Decoded>> {
             dims_text(shape)
         )));
     }
-    data.chunks_exact(per_image)
-        .map(|pixels| {
-            timed(|| {
-                frame_from_pixels(
-                    IMAGE,
-                    pixels,
-                    h,
-                    w,
-                    settings.pixel_format,
-                    settings.max_image_pixels,
-                )
+    let (format, most) = (settings.pixel_format, settings.max_image_pixels);
+    // The server's one buffer is read where it lies (the request outlives
+    // its frames); pieces gathered into a copy give each frame its own.
+    match data {
+        Cow::Borrowed(all) => (all.chunks_exact(per_image))
+            .map(|pixels| timed(|| frame_from_pixels(IMAGE, pixels, h, w, format, most)))
+            .collect(),
+        Cow::Owned(all) => (all.chunks_exact(per_image))
+            .map(|pixels| {
+                timed(|| {
+                    frame_from_pixels(IMAGE, pixels, h, w, format, most).map(Frame::into_owned)
+                })
             })
-        })
-        .collect()
+            .collect(),
+    }
 }
 
 /// ENCODED's files, each as sent: decode.rs decodes them (`decode_encoded`).
@@ -102,7 +104,7 @@ pub fn read_encoded(input: &Input) -> Result<Vec<Vec<u8>>> {
 }
 
 /// One ENCODED file decoded (JPEG, PNG, WebP or BMP), timed.
-pub fn decode_encoded(bytes: &[u8], max_pixels: u64) -> Result<Decoded> {
+pub fn decode_encoded(bytes: &[u8], max_pixels: u64) -> Result<Decoded<'static>> {
     timed(|| frame_from_encoded(ENCODED, bytes, max_pixels))
 }
 

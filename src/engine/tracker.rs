@@ -58,9 +58,10 @@ fn drect(b: BoxPx) -> DRect {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+    use crate::pipeline::OwnedFrame;
 
     /// A grey frame with a dark square (a "face") at `x`.
-    fn frame_with_square(x: u32) -> Frame {
+    fn frame_with_square(x: u32) -> OwnedFrame {
         let (w, h) = (320u32, 240u32);
         let mut rgb = vec![200u8; (w * h * 3) as usize];
         for y in 80..140 {
@@ -73,7 +74,7 @@ mod tests {
         Frame {
             width: w,
             height: h,
-            rgb,
+            rgb: rgb.into(),
         }
     }
 

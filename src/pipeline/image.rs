@@ -5,11 +5,12 @@
 //! enforced before any large allocation: an encoded image's size is read from
 //! its header first.
 
+use std::borrow::Cow;
 use std::io::Cursor;
 
 use image::{DynamicImage, ImageDecoder, ImageEncoder, ImageFormat, ImageReader, Limits};
 
-use super::Frame;
+use super::{Frame, OwnedFrame};
 use crate::error::{Error, Result};
 
 /// The formats ENCODED accepts; the `image` crate is built with these alone.
@@ -52,15 +53,16 @@ fn check_pixels(what: &str, width: u64, height: u64, max_pixels: u64) -> Result<
     Ok(())
 }
 
-/// Raw HWC pixels (3 channels) into an RGB frame.
-pub fn frame_from_pixels(
+/// Raw HWC pixels (3 channels) into an RGB frame: RGB borrowed as it is,
+/// BGR copied with its channels swapped.
+pub fn frame_from_pixels<'a>(
     what: &str,
-    data: &[u8],
+    data: &'a [u8],
     height: u64,
     width: u64,
     format: PixelFormat,
     max_pixels: u64,
-) -> Result<Frame> {
+) -> Result<Frame<'a>> {
     check_pixels(what, width, height, max_pixels)?;
     let expected = width * height * 3;
     if data.len() as u64 != expected {
@@ -69,10 +71,14 @@ pub fn frame_from_pixels(
             data.len()
         )));
     }
-    let mut rgb = data.to_vec();
-    if format == PixelFormat::Bgr {
-        rgb.chunks_exact_mut(3).for_each(|px| px.swap(0, 2));
-    }
+    let rgb = match format {
+        PixelFormat::Rgb => Cow::Borrowed(data),
+        PixelFormat::Bgr => {
+            let mut rgb = data.to_vec();
+            rgb.chunks_exact_mut(3).for_each(|px| px.swap(0, 2));
+            Cow::Owned(rgb)
+        }
+    };
     Ok(Frame {
         width: width as u32,
         height: height as u32,
@@ -82,7 +88,7 @@ pub fn frame_from_pixels(
 
 /// JPEG / PNG / WebP / BMP bytes into an RGB frame (alpha dropped, grey
 /// expanded, a JPEG's EXIF orientation applied).
-pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
+pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<OwnedFrame> {
     if bytes.is_empty() {
         return Err(Error::invalid(format!("{what}: empty encoded image")));
     }
@@ -101,7 +107,7 @@ pub fn frame_from_encoded(what: &str, bytes: &[u8], max_pixels: u64) -> Result<F
 }
 
 /// What the `image` crate makes of `bytes` (EXIF orientation applied), as RGB.
-pub(super) fn crate_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<Frame> {
+pub(super) fn crate_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<OwnedFrame> {
     let not_an_image = || {
         Error::invalid(format!(
             "{what}: not a decodable image ({} bytes; expected JPEG, PNG, WebP or BMP)",
@@ -128,7 +134,7 @@ pub(super) fn crate_decode(what: &str, bytes: &[u8], max_pixels: u64) -> Result<
     Ok(Frame {
         width: rgb.width(),
         height: rgb.height(),
-        rgb: rgb.into_raw(),
+        rgb: rgb.into_raw().into(),
     })
 }
 
@@ -155,7 +161,7 @@ pub fn encode_png(frame: &Frame) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn gradient(w: u32, h: u32) -> Frame {
+    fn gradient(w: u32, h: u32) -> OwnedFrame {
         let mut rgb = Vec::with_capacity((w * h * 3) as usize);
         for y in 0..h {
             for x in 0..w {
@@ -165,7 +171,7 @@ mod tests {
         Frame {
             width: w,
             height: h,
-            rgb,
+            rgb: rgb.into(),
         }
     }
 
@@ -182,6 +188,17 @@ mod tests {
     }
 
     #[test]
+    fn rgb_pixels_are_read_where_they_lie() {
+        let sent = [1u8, 2, 3, 4, 5, 6];
+        let f = frame_from_pixels("IMAGE", &sent, 1, 2, PixelFormat::Rgb, 10).unwrap();
+        assert!(matches!(&f.rgb, Cow::Borrowed(p) if p.as_ptr() == sent.as_ptr()));
+        let owned = f.into_owned();
+        assert!(matches!(&owned.rgb, Cow::Owned(p) if p[..] == sent));
+        let bgr = frame_from_pixels("IMAGE", &sent, 1, 2, PixelFormat::Bgr, 10).unwrap();
+        assert!(matches!(bgr.rgb, Cow::Owned(_)));
+    }
+
+    #[test]
     fn jpeg_round_trip_and_limits() {
         let f = gradient(64, 48);
         let jpeg = encode_jpeg(&f).unwrap();
@@ -191,7 +208,7 @@ mod tests {
         let diff: u64 = back
             .rgb
             .iter()
-            .zip(&f.rgb)
+            .zip(f.rgb.iter())
             .map(|(a, b)| (*a as i64 - *b as i64).unsigned_abs())
             .sum();
         assert!(diff / (back.rgb.len() as u64) < 8);
@@ -202,7 +219,7 @@ mod tests {
     /// `frame` in `format`, by the `image` crate's encoders (lossless ones).
     fn encoded(frame: &Frame, format: ImageFormat) -> Vec<u8> {
         let mut out = Cursor::new(Vec::new());
-        image::RgbImage::from_raw(frame.width, frame.height, frame.rgb.clone())
+        image::RgbImage::from_raw(frame.width, frame.height, frame.rgb.to_vec())
             .unwrap()
             .write_to(&mut out, format)
             .unwrap();

@@ -10,7 +10,7 @@ use image::metadata::Orientation;
 use image::{DynamicImage, RgbImage};
 use turbojpeg::{Decompressor, Image, PixelFormat, Subsamp};
 
-use super::Frame;
+use super::{Frame, OwnedFrame};
 use crate::error::{Error, Result};
 
 /// The RGB frame of `bytes`, or None for the `image` crate to decode (or to
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 pub(super) fn decode_rgb(
     bytes: &[u8],
     check: impl FnOnce(u64, u64) -> Result<()>,
-) -> Option<Result<Frame>> {
+) -> Option<Result<OwnedFrame>> {
     if !bytes.starts_with(&[0xFF, 0xD8]) {
         return None;
     }
@@ -42,7 +42,7 @@ pub(super) fn decode_rgb(
     let frame = Frame {
         width: u32::try_from(width).ok()?,
         height: u32::try_from(height).ok()?,
-        rgb,
+        rgb: rgb.into(),
     };
     Some(Ok(match orientation(bytes) {
         Some(turn) if turn != Orientation::NoTransforms => oriented(frame, turn)?,
@@ -63,15 +63,18 @@ fn orientation(bytes: &[u8]) -> Option<Orientation> {
 }
 
 /// `frame` turned upright as `turn` says (what a viewer shows).
-fn oriented(frame: Frame, turn: Orientation) -> Option<Frame> {
-    let mut image =
-        DynamicImage::ImageRgb8(RgbImage::from_raw(frame.width, frame.height, frame.rgb)?);
+fn oriented(frame: Frame, turn: Orientation) -> Option<OwnedFrame> {
+    let mut image = DynamicImage::ImageRgb8(RgbImage::from_raw(
+        frame.width,
+        frame.height,
+        frame.rgb.into_owned(),
+    )?);
     image.apply_orientation(turn);
     let rgb = image.into_rgb8();
     Some(Frame {
         width: rgb.width(),
         height: rgb.height(),
-        rgb: rgb.into_raw(),
+        rgb: rgb.into_raw().into(),
     })
 }
 
@@ -80,7 +83,7 @@ pub(super) fn encode_rgb(frame: &Frame, quality: i32) -> Result<Vec<u8>> {
     let fail = |e: turbojpeg::Error| Error::internal(format!("JPEG encoding failed: {e}"));
     let width = frame.width as usize;
     let image = Image {
-        pixels: frame.rgb.as_slice(),
+        pixels: &frame.rgb[..],
         width,
         pitch: width * 3,
         height: frame.height as usize,
@@ -132,7 +135,7 @@ mod tests {
             let diffs = frame
                 .rgb
                 .iter()
-                .zip(&other.rgb)
+                .zip(other.rgb.iter())
                 .map(|(a, b)| a.abs_diff(*b));
             let (sum, max) = diffs.fold((0u64, 0u8), |(s, m), d| (s + u64::from(d), m.max(d)));
             let mean = sum as f64 / frame.rgb.len() as f64;

@@ -5,6 +5,8 @@
 //! `resize` scales a whole frame as OpenCV does (the detectors' letterbox); the
 //! engines (`crate::engine`) turn frames into faces.
 
+use std::borrow::Cow;
+
 pub mod align;
 pub mod image;
 mod jpeg;
@@ -12,12 +14,28 @@ pub mod resize;
 pub mod warp;
 mod webp;
 
-/// An image ready for an engine: interleaved 8-bit RGB, row-major.
+/// An image ready for an engine: interleaved 8-bit RGB, row-major. Its
+/// pixels are borrowed where a request's raw RGB input serves as they are
+/// (no copy of a 640x480 frame: 0.17 ms), owned where they were made.
 #[derive(Clone, Debug)]
-pub struct Frame {
+pub struct Frame<'a> {
     pub width: u32,
     pub height: u32,
-    pub rgb: Vec<u8>,
+    pub rgb: Cow<'a, [u8]>,
+}
+
+/// A frame whose pixels it owns (decoded, cropped, warped).
+pub type OwnedFrame = Frame<'static>;
+
+impl Frame<'_> {
+    /// This frame with its pixels its own (copied if borrowed).
+    pub fn into_owned(self) -> OwnedFrame {
+        Frame {
+            width: self.width,
+            height: self.height,
+            rgb: Cow::Owned(self.rgb.into_owned()),
+        }
+    }
 }
 
 /// Axis-aligned box in pixels of the frame (may extend past its edges).
@@ -69,7 +87,7 @@ pub struct Face {
     /// Empty when not asked for (`Wanted::embeddings`).
     pub embedding: Vec<f32>,
     /// The aligned face the embedder sees, when asked for (`Wanted::crops`).
-    pub crop: Option<Frame>,
+    pub crop: Option<OwnedFrame>,
 }
 
 /// What a caller wants of one frame.

@@ -8,7 +8,7 @@
 //! "Decoding and the image work").
 
 use super::align::Affine;
-use super::Frame;
+use super::{Frame, OwnedFrame};
 use crate::error::{Error, Result};
 
 /// Fractional bits of a sampling position (OpenCV's INTER_BITS).
@@ -20,7 +20,7 @@ const WEIGHT_BITS: u32 = 15;
 
 /// `frame` seen through `m` (which maps frame points to chip points) as a
 /// `width` x `height` chip.
-pub fn warp_affine(frame: &Frame, m: &Affine, width: usize, height: usize) -> Result<Frame> {
+pub fn warp_affine(frame: &Frame, m: &Affine, width: usize, height: usize) -> Result<OwnedFrame> {
     let inverse = invert(m)
         .ok_or_else(|| Error::invalid("the alignment transform is singular; cannot align"))?;
     let scale = f64::from(1u32 << PRODUCT_BITS);
@@ -48,7 +48,7 @@ pub fn warp_affine(frame: &Frame, m: &Affine, width: usize, height: usize) -> Re
     Ok(Frame {
         width: width as u32,
         height: height as u32,
-        rgb,
+        rgb: rgb.into(),
     })
 }
 
@@ -120,7 +120,7 @@ fn invert(m: &Affine) -> Option<Affine> {
 mod tests {
     use super::*;
 
-    fn ramp(w: u32, h: u32) -> Frame {
+    fn ramp(w: u32, h: u32) -> OwnedFrame {
         let rgb = (0..w * h)
             .flat_map(|i| [(i % w * 8) as u8, (i / w * 8) as u8, 200])
             .collect();
@@ -147,7 +147,7 @@ mod tests {
         let frame = Frame {
             width: 2,
             height: 1,
-            rgb: vec![10, 100, 0, 20, 201, 255],
+            rgb: vec![10, 100, 0, 20, 201, 255].into(),
         };
         // The chip's pixel 0 is at frame x = 0.5.
         let chip = warp_affine(&frame, &[[1.0, 0.0, -0.5], [0.0, 1.0, 0.0]], 1, 1).unwrap();

@@ -3,7 +3,7 @@
 //! sample photo (docs/benchmarks.md, "Decoding and the image work"). What
 //! libwebp does not decode here (an animation) is left to the `image` crate.
 
-use super::Frame;
+use super::{Frame, OwnedFrame};
 use crate::error::Result;
 
 /// The RGB frame of `bytes`, or None for the `image` crate to decode (or to
@@ -11,7 +11,7 @@ use crate::error::Result;
 pub(super) fn decode_rgb(
     bytes: &[u8],
     check: impl FnOnce(u64, u64) -> Result<()>,
-) -> Option<Result<Frame>> {
+) -> Option<Result<OwnedFrame>> {
     let header = webp::BitstreamFeatures::new(bytes)?;
     if let Err(refused) = check(header.width().into(), header.height().into()) {
         return Some(Err(refused));
@@ -29,6 +29,6 @@ pub(super) fn decode_rgb(
     Some(Ok(Frame {
         width: image.width(),
         height: image.height(),
-        rgb,
+        rgb: rgb.into(),
     }))
 }

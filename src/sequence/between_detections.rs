@@ -668,7 +668,7 @@ mod tests {
 
     use super::*;
     use crate::engine::Engine;
-    use crate::pipeline::Analysis;
+    use crate::pipeline::{Analysis, OwnedFrame};
     use crate::sequence::{follow_together, Cadence, Sequences, Stream};
 
     /// On the grid, whether a face is embedded again depends on its distance
@@ -791,23 +791,23 @@ mod tests {
         }
     }
 
-    fn frame(width: u32, height: u32) -> Frame {
+    fn frame(width: u32, height: u32) -> OwnedFrame {
         Frame {
             width,
             height,
-            rgb: Vec::new(),
+            rgb: Vec::new().into(),
         }
     }
 
     /// A grey 320x240 frame with a dark checked square (a "face") at `x`
     /// (none: `None`); `missed`: the detector is made to miss it.
-    fn square_frame(x: Option<u32>, missed: bool) -> Frame {
+    fn square_frame(x: Option<u32>, missed: bool) -> OwnedFrame {
         let square: Vec<(u32, u32)> = x.map(|x| (x, 60)).into_iter().collect();
         squares_frame(&square, missed)
     }
 
     /// `square_frame` with a square at each `(x, side)`, its top at 80.
-    fn squares_frame(squares: &[(u32, u32)], missed: bool) -> Frame {
+    fn squares_frame(squares: &[(u32, u32)], missed: bool) -> OwnedFrame {
         let (w, h) = (320u32, 240u32);
         let mut rgb = vec![200u8; (w * h * 3) as usize];
         for &(x, side) in squares {
@@ -821,7 +821,7 @@ mod tests {
         Frame {
             width: w,
             height: h,
-            rgb,
+            rgb: rgb.into(),
         }
     }
 
@@ -991,7 +991,7 @@ mod tests {
         let matcher = |_: &[f32]| Ok(obama());
         // Each request's frames, the faces it wants (`min_face_size`,
         // `max_faces`), and the tracks each frame answers.
-        type Step = (Vec<Frame>, f32, Option<usize>, Vec<Vec<u32>>);
+        type Step = (Vec<OwnedFrame>, f32, Option<usize>, Vec<Vec<u32>>);
         let follow = |steps: Vec<Step>| {
             let mut state = SequenceState::new(Instant::now());
             state.cadence = Cadence {

@@ -157,7 +157,7 @@ fn thumbnail(frame: &Frame, bbox: &BoxPx) -> Option<Vec<u8>> {
     if right - left < 1.0 || bottom - top < 1.0 {
         return None;
     }
-    let image = (frame.width, frame.height, frame.rgb.as_slice());
+    let image = (frame.width, frame.height, &*frame.rgb);
     let rect = [left, top, right - left, bottom - top];
     crop_resize(image, PixelType::U8x3, rect, (THUMB, THUMB)).ok()
 }
@@ -182,6 +182,7 @@ fn likeness(a: &[u8], b: &[u8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::OwnedFrame;
 
     const POINTS: [[f32; 2]; 5] = [
         [120.0, 130.0],
@@ -256,7 +257,7 @@ mod tests {
     }
 
     /// A frame with a bright disc on a ramp, the disc at `x`.
-    fn disc_at(x: f32) -> Frame {
+    fn disc_at(x: f32) -> OwnedFrame {
         let (w, h) = (320u32, 240u32);
         let mut rgb = Vec::with_capacity((3 * w * h) as usize);
         for py in 0..h {
@@ -269,7 +270,7 @@ mod tests {
         Frame {
             width: w,
             height: h,
-            rgb,
+            rgb: rgb.into(),
         }
     }
 

@@ -15,7 +15,7 @@ use super::{Before, SequenceState};
 /// One request of one sequence.
 pub struct Stream<'a> {
     pub state: &'a mut SequenceState,
-    pub frames: &'a [Frame],
+    pub frames: &'a [Frame<'a>],
     pub work: &'a Work<'a>,
 }
 

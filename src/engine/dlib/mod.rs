@@ -14,7 +14,7 @@ use super::require_file;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
-use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, OwnedFrame, Stages, Wanted};
 use shim::{Detector, Encoder, Image, Predictor, Rect, Shape, CHIP_SIDE};
 pub use shim::{HOG_WINDOW, MAX_UPSAMPLE};
 
@@ -248,11 +248,11 @@ fn shape(f: &Face) -> Shape {
     s
 }
 
-fn chip(rgb: Vec<u8>) -> Frame {
+fn chip(rgb: Vec<u8>) -> OwnedFrame {
     Frame {
         width: CHIP_SIDE as u32,
         height: CHIP_SIDE as u32,
-        rgb,
+        rgb: rgb.into(),
     }
 }
 
@@ -348,9 +348,13 @@ mod tests {
 
     pub(super) use crate::engine::test_assets as assets;
 
-    fn grey(width: u32, height: u32) -> Frame {
+    fn grey(width: u32, height: u32) -> OwnedFrame {
         let rgb = vec![128; (width * height * 3) as usize];
-        Frame { width, height, rgb }
+        Frame {
+            width,
+            height,
+            rgb: rgb.into(),
+        }
     }
 
     #[test]
@@ -382,7 +386,7 @@ mod tests {
 
     /// A face of `side` px: the 640x480 photo's face (180 px) shrunk onto
     /// a grey canvas of the same size.
-    fn small_face(side: u32) -> Frame {
+    fn small_face(side: u32) -> OwnedFrame {
         let bytes = std::fs::read(assets("photos").join("obama_640x480.jpg")).unwrap();
         let photo = image::load_from_memory(&bytes).unwrap().to_rgb8();
         // The face box dlib finds there, with the photo's margin around it.
@@ -399,7 +403,7 @@ mod tests {
         Frame {
             width: 640,
             height: 480,
-            rgb: canvas.into_raw(),
+            rgb: canvas.into_raw().into(),
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::detect::{Five, Found};
 use super::OnnxEngine;
 use crate::error::{Error, Result};
-use crate::pipeline::{Analysis, BoxPx, Face, Frame, Stages, Wanted};
+use crate::pipeline::{Analysis, BoxPx, Face, Frame, OwnedFrame, Stages, Wanted};
 
 /// Stage times by the bench's finer names.
 pub type StageTimes = Vec<(&'static str, Duration)>;
@@ -75,14 +75,14 @@ impl OnnxEngine {
         &self,
         frames: &[(&Frame, Wanted)],
         faces: &mut [Result<Vec<Face>>],
-    ) -> Vec<((usize, usize), Frame)> {
+    ) -> Vec<((usize, usize), OwnedFrame)> {
         let mut chips = Vec::new();
         for (i, &(frame, wanted)) in frames.iter().enumerate() {
             if !(wanted.embeddings || wanted.crops) {
                 continue;
             }
             let Ok(list) = &mut faces[i] else { continue };
-            let made: Result<Vec<Frame>> = list
+            let made: Result<Vec<OwnedFrame>> = list
                 .iter()
                 .map(|f| self.embedder.chip(frame, &f.landmarks))
                 .collect();

@@ -12,7 +12,7 @@ use super::settings::{EmbedderConventions, Normalize};
 use crate::error::{Error, Result};
 use crate::pipeline::align::{similarity, Five, ARCFACE_112};
 use crate::pipeline::warp::warp_affine;
-use crate::pipeline::Frame;
+use crate::pipeline::{Frame, OwnedFrame};
 
 pub(super) struct Embedder {
     pub net: Net,
@@ -60,7 +60,7 @@ impl Embedder {
     }
 
     /// The aligned chip (the embedder's input size) of a face of `frame`.
-    pub fn chip(&self, frame: &Frame, five: &Five) -> Result<Frame> {
+    pub fn chip(&self, frame: &Frame, five: &Five) -> Result<OwnedFrame> {
         let (w, h) = self.net.image_size();
         warp_affine(frame, &similarity(five, &self.reference)?, w, h)
     }

@@ -10,7 +10,7 @@ use fast_image_resize::PixelType;
 use super::settings::Normalize;
 use crate::error::{Error, Result};
 use crate::pipeline::resize::{crop_resize, resize_linear};
-use crate::pipeline::{BoxPx, Frame};
+use crate::pipeline::{BoxPx, Frame, OwnedFrame};
 
 /// A region of a frame (it may reach past the frame's edges), in the
 /// frame's pixels.
@@ -61,7 +61,7 @@ pub(super) struct Rect {
 }
 
 /// The frame resized to `w`x`h`.
-pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<Frame> {
+pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<OwnedFrame> {
     if frame.rgb.len() != 3 * frame.width as usize * frame.height as usize {
         return Err(Error::internal(format!(
             "a {}x{} RGB frame of {} bytes",
@@ -84,7 +84,7 @@ pub(super) fn resize(frame: &Frame, w: usize, h: usize) -> Result<Frame> {
     Ok(Frame {
         width: w as u32,
         height: h as u32,
-        rgb,
+        rgb: rgb.into(),
     })
 }
 
@@ -99,7 +99,7 @@ pub(super) fn fill_region(
     offset: (usize, usize),
     size: (usize, usize),
     fill: u8,
-) -> Result<Frame> {
+) -> Result<OwnedFrame> {
     let whole = *region == Region::whole(frame);
     if whole && scaled == size {
         return resize(frame, size.0, size.1);
@@ -107,7 +107,7 @@ pub(super) fn fill_region(
     let mut canvas = Frame {
         width: size.0 as u32,
         height: size.1 as u32,
-        rgb: vec![fill; 3 * size.0 * size.1],
+        rgb: vec![fill; 3 * size.0 * size.1].into(),
     };
     // The part of the region inside the frame, and where it goes.
     let (sx, sy) = (
@@ -133,7 +133,7 @@ pub(super) fn fill_region(
         return Ok(canvas);
     }
     let part = match whole {
-        true => resize(frame, x1 - x0, y1 - y0)?.rgb,
+        true => resize(frame, x1 - x0, y1 - y0)?.rgb.into_owned(),
         false => crop_resize(
             (frame.width, frame.height, &frame.rgb),
             PixelType::U8x3,
@@ -144,19 +144,22 @@ pub(super) fn fill_region(
     let row = 3 * (x1 - x0);
     for (y, src) in (y0..y1).zip(part.chunks_exact(row)) {
         let start = 3 * (y * size.0 + x0);
-        canvas.rgb[start..start + row].copy_from_slice(src);
+        canvas.rgb.to_mut()[start..start + row].copy_from_slice(src);
     }
     Ok(canvas)
 }
 
 /// The frame mirrored left to right.
-pub(super) fn mirror(frame: &Frame) -> Frame {
+pub(super) fn mirror(frame: &Frame) -> OwnedFrame {
     let row = 3 * frame.width as usize;
     let mut rgb = Vec::with_capacity(frame.rgb.len());
     for line in frame.rgb.chunks_exact(row.max(1)) {
         rgb.extend(line.chunks_exact(3).rev().flatten());
     }
-    Frame { rgb, ..*frame }
+    Frame {
+        rgb: rgb.into(),
+        ..*frame
+    }
 }
 
 /// The frame at half its size, each pixel the rounded mean of a 2x2 block:
@@ -164,7 +167,7 @@ pub(super) fn mirror(frame: &Frame) -> Frame {
 /// INTER_AREA path), so a 640x480 camera frame gives the sample detector the
 /// very pixels OpenCV gives, faster than the general resize (0.110 ms,
 /// docs/benchmarks.md, Decoding).
-fn halve(frame: &Frame) -> Frame {
+fn halve(frame: &Frame) -> OwnedFrame {
     let (w, h) = (frame.width as usize / 2, frame.height as usize / 2);
     let row = 3 * frame.width as usize;
     let mut rgb = vec![0u8; 3 * w * h];
@@ -188,7 +191,7 @@ fn halve(frame: &Frame) -> Frame {
     Frame {
         width: w as u32,
         height: h as u32,
-        rgb,
+        rgb: rgb.into(),
     }
 }
 
@@ -339,7 +342,7 @@ mod tests {
         let image = Frame {
             width: 2,
             height: 1,
-            rgb: vec![10u8, 20, 30, 40, 50, 60],
+            rgb: vec![10u8, 20, 30, 40, 50, 60].into(),
         };
         let norm = Normalize {
             rgb: true,
@@ -387,7 +390,7 @@ mod tests {
         let frame = Frame {
             width: 4,
             height: 2,
-            rgb,
+            rgb: rgb.into(),
         };
         let half = resize(&frame, 2, 1).unwrap();
         assert_eq!(half.rgb, vec![3, 13, 102, 52, 62, 72]);
@@ -403,7 +406,7 @@ mod tests {
         let frame = Frame {
             width: 4,
             height: 2,
-            rgb,
+            rgb: rgb.into(),
         };
         let region = Region {
             left: 2.0,
@@ -429,7 +432,7 @@ mod tests {
         let frame = Frame {
             width: 3,
             height: 1,
-            rgb: vec![255, 0, 0, 0, 255, 0, 0, 0, 255],
+            rgb: vec![255, 0, 0, 0, 255, 0, 0, 0, 255].into(),
         };
         let one = |x| Rect {
             x,

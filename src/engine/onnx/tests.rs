@@ -7,6 +7,7 @@ use super::*;
 use crate::engine::test_assets;
 use crate::error::ErrorKind;
 use crate::pipeline::image::frame_from_encoded;
+use crate::pipeline::OwnedFrame;
 
 /// The sample models with `max_engine_batch`, their batch freed or not.
 fn engine(max_engine_batch: usize, free_batch: bool) -> OnnxEngine {
@@ -57,7 +58,7 @@ const PHOTOS: [&str; 5] = [
     "obama2.jpg",
 ];
 
-fn photo(name: &str) -> Frame {
+fn photo(name: &str) -> OwnedFrame {
     let bytes = std::fs::read(test_assets("photos").join(name)).unwrap();
     frame_from_encoded(name, &bytes, 40_000_000).unwrap()
 }
@@ -276,7 +277,7 @@ fn a_failed_frame_fails_alone() {
     let broken = Frame {
         width: 640,
         height: 480,
-        rgb: vec![0; 100],
+        rgb: vec![0; 100].into(),
     };
     let at_most_two = Wanted::all(2);
     let frames = [
