@@ -74,11 +74,14 @@ impl Access {
         threshold: f32,
     ) -> Result<Access> {
         let store = &location.identity()?;
+        // The store's DSN was read to open it: should it fail now, the load
+        // fails rather than keep the rate per server instead of per fleet.
         let fleet = || match location {
-            Location::Postgres { settings, gallery } => Target::from_env(&settings.dsn_env)
-                .ok()
-                .map(|target| Allowances::new(target, gallery)),
-            Location::Sqlite { .. } => None,
+            Location::Postgres { settings, gallery } => {
+                let target = Target::from_env(&settings.dsn_env)?;
+                Ok(Some(Allowances::new(target, gallery)))
+            }
+            Location::Sqlite { .. } => Ok(None),
         };
         let Some(path) = settings.gallery_key_file.as_deref() else {
             if settings.key_rate.is_some() || settings.key_burst.is_some() {
@@ -86,7 +89,7 @@ impl Access {
                     "key_rate and key_burst limit each key of gallery_key_file: set the file too",
                 ));
             }
-            let store = shared::register(model, store, policy(settings, threshold), || None)?;
+            let store = shared::register(model, store, policy(settings, threshold), || Ok(None))?;
             log::warn(&format!(
                 "model '{model}': no gallery_key_file: any client may recognize, search, ENROLL, \
                  FORGET and LIST"

@@ -86,7 +86,7 @@ pub fn register(
     model: &str,
     store: &str,
     policy: Policy,
-    fleet: impl FnOnce() -> Option<Allowances>,
+    fleet: impl FnOnce() -> Result<Option<Allowances>>,
 ) -> Result<Registered> {
     let mut stores = STORES.lock().unwrap_or_else(|e| e.into_inner());
     let shared = (stores.get_or_insert_with(HashMap::new))
@@ -109,7 +109,7 @@ pub fn register(
     let limiter = match policy.rate {
         Some(rate) => Some(match &shared.limiter {
             Some(kept) if kept.rate() == rate => kept.clone(),
-            _ => Arc::new(Limiter::new(rate, fleet())?),
+            _ => Arc::new(Limiter::new(rate, fleet()?)?),
         }),
         None => None,
     };
@@ -158,8 +158,8 @@ mod tests {
 
     #[test]
     fn one_policy_per_store_and_its_limiter_outlives_its_models() {
-        let a = register("a", "store 1", policy(2, Some(1.0)), || None).unwrap();
-        let e = register("b", "store 1", policy(3, Some(1.0)), || None)
+        let a = register("a", "store 1", policy(2, Some(1.0)), || Ok(None)).unwrap();
+        let e = register("b", "store 1", policy(3, Some(1.0)), || Ok(None))
             .err()
             .unwrap();
         assert!(
@@ -167,7 +167,7 @@ mod tests {
                 && e.message().contains("'a' has distance_decimals 2"),
             "{e}"
         );
-        let e = register("b", "store 1", policy(2, None), || None)
+        let e = register("b", "store 1", policy(2, None), || Ok(None))
             .err()
             .unwrap();
         assert!(e.message().contains("not its key rate"), "{e}");
@@ -175,8 +175,8 @@ mod tests {
             keys: None,
             ..policy(2, None)
         };
-        assert!(register("b", "store 1", open.clone(), || None).is_err());
-        let b = register("b", "store 1", policy(2, Some(1.0)), || None).unwrap();
+        assert!(register("b", "store 1", open.clone(), || Ok(None)).is_err());
+        let b = register("b", "store 1", policy(2, Some(1.0)), || Ok(None)).unwrap();
         let limiter = a.limiter.clone().unwrap();
         assert!(
             Arc::ptr_eq(&limiter, b.limiter.as_ref().unwrap()),
@@ -184,13 +184,13 @@ mod tests {
         );
         limiter.take("cam", 2).unwrap();
         drop((a, b));
-        let again = register("a", "store 1", policy(2, Some(1.0)), || None).unwrap();
+        let again = register("a", "store 1", policy(2, Some(1.0)), || Ok(None)).unwrap();
         let e = again.limiter.as_ref().unwrap().take("cam", 1).unwrap_err();
         assert!(
             e.message().contains("retry in"),
             "a reload keeps the spent burst: {e}"
         );
-        let _other = register("c", "store 2", open.clone(), || None).unwrap();
+        let _other = register("c", "store 2", open.clone(), || Ok(None)).unwrap();
         let _same = register(
             "d",
             "store 2",
@@ -198,7 +198,7 @@ mod tests {
                 threshold: 0.7,
                 ..open
             },
-            || None,
+            || Ok(None),
         )
         .unwrap();
     }
