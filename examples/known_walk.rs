@@ -13,7 +13,7 @@
 //!
 //! `cargo run --release --example known_walk -- INDEX [--ef N]`, INDEX a
 //! cosine 512-d gallery's saved index, e.g. the scale bench's
-//! out/gallery-scale/models/face_onnx_big/gallery/gallery.index
+//! out/gallery-scale/models/face_onnx_big/gallery/gallery.*.index
 //! (benches/gallery_scale/run.py makes it).
 
 use std::path::PathBuf;

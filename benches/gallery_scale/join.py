@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "tests")]
 
 from postgres_server import PostgresServer  # noqa: E402
-from run import BIG, ROOT, Server, env, model_dir  # noqa: E402
+from run import BIG, ROOT, Server, env, model_dir, saved_index  # noqa: E402
 from triton_server import set_parameter  # noqa: E402
 
 DB = "bench"
@@ -75,10 +75,12 @@ def copy_rows(db: PostgresServer, sqlite_store: Path) -> int:
 def hand_over_index(sqlite_gallery: Path, gallery: Path, db: PostgresServer) -> None:
     """run.py's saved index, its manifest naming this gallery's uid (the owner's last word)."""
     [(uid,)] = db.sql(f"SELECT uid::text FROM triton_face.galleries WHERE name = '{GALLERY}'", DB)
-    manifest = json.loads((sqlite_gallery / "gallery.index.json").read_text())
+    index = saved_index(sqlite_gallery)
+    manifest_path = index.with_name(index.name + ".json")
+    manifest = json.loads(manifest_path.read_text())
     manifest["owner"] = manifest["owner"].rsplit(" ", 1)[0] + f" {uid}"
-    shutil.copy2(sqlite_gallery / "gallery.index", gallery / "gallery.index")
-    (gallery / "gallery.index.json").write_text(json.dumps(manifest))
+    shutil.copy2(index, gallery / index.name)
+    (gallery / manifest_path.name).write_text(json.dumps(manifest))
 
 
 def index_lines(server: Server) -> list[str]:
@@ -95,7 +97,8 @@ def main() -> None:
     onnx_dir = Path(os.environ.get("FACE_ONNX_DIR") or Path(env("FACE_ASSETS")) / "onnx")
     work = args.work
     sqlite_gallery = work / "models" / BIG / "gallery"
-    if not (sqlite_gallery / "gallery.index.json").exists():
+    index = saved_index(sqlite_gallery)
+    if not index or not index.with_name(index.name + ".json").exists():
         sys.exit(f"{sqlite_gallery}: no saved index: run benches/gallery_scale/run.py first")
     backends, logs = work / "backends", work / "logs"
     shutil.copy2(args.library, backends / "face/libtriton_face.so")

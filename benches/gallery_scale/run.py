@@ -168,7 +168,7 @@ class Server:
         """SIGTERM, then SIGKILL as soon as the unload's save shows as a temporary file."""
         self.client.close()
         self.proc.terminate()
-        while not list(gallery.glob("gallery.index.*.tmp")):
+        while not list(gallery.glob("gallery.*.index.*.tmp")):
             if self.proc.poll() is not None:
                 sys.exit(f"the server exited before its save was seen:\n{self.log.read_text()[-4000:]}")
             time.sleep(0.001)
@@ -192,6 +192,11 @@ def fill(gallery: Path, data: Path, people: int) -> None:
         db.commit()
 
 
+def saved_index(gallery: Path) -> Path | None:
+    """The gallery's saved index, `gallery.<embedder's tag>.index` (src/gallery/saved.rs)."""
+    return next(iter(sorted(gallery.glob("gallery.*.index"))), None)
+
+
 def prepare_big(work: Path, repo: Path, backends: Path, data: Path, people: int, photos: Path,
                 logs: Path) -> float | None:
     """The big gallery, made unless the stamp says it is there; the index build's seconds."""
@@ -199,7 +204,7 @@ def prepare_big(work: Path, repo: Path, backends: Path, data: Path, people: int,
     stamp = work / "big.stamp"
     want = json.dumps({"people": people, "data": json.loads((data / "meta.json").read_text())
                        ["created"]})
-    if stamp.exists() and stamp.read_text() == want and (gallery / "gallery.index").exists():
+    if stamp.exists() and stamp.read_text() == want and saved_index(gallery):
         return None
     shutil.rmtree(gallery)
     gallery.mkdir()
@@ -215,7 +220,7 @@ def prepare_big(work: Path, repo: Path, backends: Path, data: Path, people: int,
     # A crash right after the build: the next load (the restart table's first) uses the save the
     # build wrote at load.
     server.kill()
-    assert (gallery / "gallery.index").exists(), "the index was not saved at load"
+    assert saved_index(gallery), "the index was not saved at load"
     stamp.write_text(want)
     return built
 
