@@ -1,6 +1,6 @@
 //! The first look's breadth when the second look's scan runs beside it:
 //! `nearest_then_signs` with a spare core, the walk 48 wide (as it is with
-//! no scan beside it) against `BESIDE_SCAN_SEARCH` (24), alternated query by
+//! no scan beside it) against `BESIDE_SCAN_SEARCH` (16), alternated query by
 //! query in one process on a saved large gallery, `EVICT` MiB written before
 //! each query (a server's inference empties the caches in part). Random
 //! unit queries are unknown faces (both looks); stored people with noise
@@ -8,9 +8,11 @@
 //! the walk missed). Prints p50/p90 per breadth and how often the known
 //! face's own entry came first.
 //!
-//! `cargo run --release --example beside_breadth -- INDEX [EVICT]`, INDEX a
-//! cosine 512-d gallery's saved index, e.g. the scale bench's
-//! out/gallery-scale/models/face_onnx_big/gallery/gallery.index.
+//! `cargo run --release --example beside_breadth -- INDEX [EVICT [BREADTHS
+//! [NOISE]]]`, INDEX a cosine 512-d gallery's saved index, e.g. the scale
+//! bench's out/gallery-scale/models/face_onnx_big/gallery/gallery.*.index;
+//! BREADTHS the walks compared, e.g. `48,24,16` (default: those two); NOISE
+//! the known faces' noise per value (0.1: about 0.17 away; 0.18: 0.35).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -24,7 +26,7 @@ use queries::{noise, percentile, unit};
 
 /// Queries of each kind per breadth.
 const QUERIES: u64 = 1200;
-/// Per-value noise added to a stored vector: about 0.17 away.
+/// Per-value noise added to a stored vector by default: about 0.17 away.
 const NOISE: f32 = 0.1;
 
 /// Milliseconds `search` took, and what it found.
@@ -36,7 +38,7 @@ fn timed(search: impl FnOnce() -> Vec<Hit>) -> (f64, Vec<Hit>) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    const USAGE: &str = "usage: beside_breadth INDEX [EVICT_MIB]";
+    const USAGE: &str = "usage: beside_breadth INDEX [EVICT_MIB [BREADTH,... [NOISE]]]";
     let path = PathBuf::from(args.first().expect(USAGE));
     let evict: usize = args.get(1).map_or(64, |a| a.parse().expect(USAGE));
     let index = VectorIndex::load(&path, Metric::Cosine, 512).expect("load the index");
@@ -51,24 +53,34 @@ fn main() {
         }
     };
     let far = |hits: &[Hit]| hits.first().is_none_or(|h| h.distance > 0.5);
-    let breadths = [EXPANSION_SEARCH, BESIDE_SCAN_SEARCH];
-    let (mut unknown, mut known) = ([vec![], vec![]], [vec![], vec![]]);
-    let mut first = [0usize; 2];
-    for i in 0..2 * QUERIES {
-        // Each query both ways, every other one the other way first.
-        let way = ((i % 2) ^ (i / 2 % 2)) as usize;
+    let breadths: Vec<usize> = match args.get(2) {
+        Some(list) => list.split(',').map(|b| b.parse().expect(USAGE)).collect(),
+        None => vec![EXPANSION_SEARCH, BESIDE_SCAN_SEARCH],
+    };
+    let ways = breadths.len() as u64;
+    let noise_per_value: f32 = args.get(3).map_or(NOISE, |n| n.parse().expect(USAGE));
+    let (mut unknown, mut known) = (vec![vec![]; breadths.len()], vec![vec![]; breadths.len()]);
+    let mut first = vec![0usize; breadths.len()];
+    for i in 0..ways * QUERIES {
+        // Each query every way in turn, each query beginning one way further
+        // than the last (no way always first).
+        let way = ((i % ways + i / ways) % ways) as usize;
         index.set_beside_search(breadths[way]);
         evict(i);
-        let stranger = unit(noise(1_000_000 + i / 2, 512));
+        let stranger = unit(noise(1_000_000 + i / ways, 512));
         let (ms, hits) = timed(|| index.nearest_then_signs(&stranger, 16, true, far).unwrap());
         assert!(far(&hits), "a random face named");
         unknown[way].push(ms);
-        let key = 2 + (i / 2 * 3331) % (keys - 1);
+        let key = 2 + (i / ways * 3331) % (keys - 1);
         let Some(stored) = index.vector(key) else {
             continue;
         };
-        let e = noise(i / 2, stored.len());
-        let face: Vec<f32> = stored.iter().zip(&e).map(|(a, b)| a + NOISE * b).collect();
+        let e = noise(i / ways, stored.len());
+        let face: Vec<f32> = stored
+            .iter()
+            .zip(&e)
+            .map(|(a, b)| a + noise_per_value * b)
+            .collect();
         evict(i ^ 0x55);
         let (ms, hits) = timed(|| index.nearest_then_signs(&face, 16, true, far).unwrap());
         known[way].push(ms);
