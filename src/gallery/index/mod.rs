@@ -66,10 +66,12 @@ pub const EXPANSION_SEARCH: usize = 48;
 /// spare core): the walk then has only to name the faces it names at once,
 /// the scan finds the rest, and every node the walk reads takes memory
 /// bandwidth and a core from the scan. At the saved million, alternated
-/// query by query in one process (`examples/beside_breadth.rs`): an unknown
-/// face's two looks 9-10% shorter than 48 wide, a known face's look 22-29%,
-/// every known face still named (docs/benchmarks.md, "Gallery at scale").
-pub const BESIDE_SCAN_SEARCH: usize = 24;
+/// query by query in one process (`examples/beside_breadth.rs`), 16 wide
+/// against 24: an unknown face's two looks 3% shorter, a known face's look
+/// 17-18% at p50 and the same at p90, every known face still named
+/// (docs/benchmarks.md, "Gallery at scale"). usearch looks at least as wide
+/// as the 16 hits a search asks for, so narrower changes nothing.
+pub const BESIDE_SCAN_SEARCH: usize = 16;
 
 /// Search contexts: concurrent queries beyond this many fail (UNAVAILABLE).
 const SEARCH_THREADS: usize = 64;
