@@ -76,18 +76,17 @@ pub fn read_pixels<'r>(input: &Input<'r>, settings: &Settings) -> Result<Vec<Dec
         )));
     }
     let (format, most) = (settings.pixel_format, settings.max_image_pixels);
+    let frame = |pixels| frame_from_pixels(IMAGE, pixels, h, w, format, most);
     // The server's one buffer is read where it lies (the request outlives
-    // its frames); pieces gathered into a copy give each frame its own.
+    // its frames); pieces gathered into a copy are one image's own, or each
+    // image of a batch gets a copy of its part (timed as its decoding).
     match data {
         Cow::Borrowed(all) => (all.chunks_exact(per_image))
-            .map(|pixels| timed(|| frame_from_pixels(IMAGE, pixels, h, w, format, most)))
+            .map(|pixels| timed(|| frame(Cow::Borrowed(pixels))))
             .collect(),
+        Cow::Owned(all) if batch == 1 => timed(|| frame(Cow::Owned(all))).map(|f| vec![f]),
         Cow::Owned(all) => (all.chunks_exact(per_image))
-            .map(|pixels| {
-                timed(|| {
-                    frame_from_pixels(IMAGE, pixels, h, w, format, most).map(Frame::into_owned)
-                })
-            })
+            .map(|pixels| timed(|| frame(Cow::Owned(pixels.to_vec()))))
             .collect(),
     }
 }

@@ -57,7 +57,7 @@ fn check_pixels(what: &str, width: u64, height: u64, max_pixels: u64) -> Result<
 /// BGR copied with its channels swapped.
 pub fn frame_from_pixels<'a>(
     what: &str,
-    data: &'a [u8],
+    data: Cow<'a, [u8]>,
     height: u64,
     width: u64,
     format: PixelFormat,
@@ -71,10 +71,12 @@ pub fn frame_from_pixels<'a>(
             data.len()
         )));
     }
+    // RGB is kept as it came (borrowed or owned); BGR is swapped in a copy
+    // of borrowed pixels, in place in owned ones.
     let rgb = match format {
-        PixelFormat::Rgb => Cow::Borrowed(data),
+        PixelFormat::Rgb => data,
         PixelFormat::Bgr => {
-            let mut rgb = data.to_vec();
+            let mut rgb = data.into_owned();
             rgb.chunks_exact_mut(3).for_each(|px| px.swap(0, 2));
             Cow::Owned(rgb)
         }
@@ -177,25 +179,43 @@ mod tests {
 
     #[test]
     fn pixels_checked_and_swapped() {
-        let f =
-            frame_from_pixels("IMAGE", &[1, 2, 3, 4, 5, 6], 1, 2, PixelFormat::Bgr, 10).unwrap();
+        let pixels = |p: &'static [u8]| Cow::Borrowed(p);
+        let f = frame_from_pixels(
+            "IMAGE",
+            pixels(&[1, 2, 3, 4, 5, 6]),
+            1,
+            2,
+            PixelFormat::Bgr,
+            10,
+        )
+        .unwrap();
         assert_eq!(f.rgb, vec![3, 2, 1, 6, 5, 4]);
-        assert!(frame_from_pixels("IMAGE", &[1, 2, 3], 1, 2, PixelFormat::Rgb, 10).is_err());
-        let e = frame_from_pixels("IMAGE", &[], 0, 0, PixelFormat::Rgb, 10).unwrap_err();
+        let short = frame_from_pixels("IMAGE", pixels(&[1, 2, 3]), 1, 2, PixelFormat::Rgb, 10);
+        assert!(short.is_err());
+        let e = frame_from_pixels("IMAGE", pixels(&[]), 0, 0, PixelFormat::Rgb, 10).unwrap_err();
         assert!(e.message().contains("empty"));
-        let e = frame_from_pixels("IMAGE", &[0; 12], 2, 2, PixelFormat::Rgb, 3).unwrap_err();
+        let e =
+            frame_from_pixels("IMAGE", pixels(&[0; 12]), 2, 2, PixelFormat::Rgb, 3).unwrap_err();
         assert!(e.message().contains("max_image_pixels"));
     }
 
     #[test]
     fn rgb_pixels_are_read_where_they_lie() {
         let sent = [1u8, 2, 3, 4, 5, 6];
-        let f = frame_from_pixels("IMAGE", &sent, 1, 2, PixelFormat::Rgb, 10).unwrap();
+        let rgb = PixelFormat::Rgb;
+        let f = frame_from_pixels("IMAGE", Cow::Borrowed(&sent[..]), 1, 2, rgb, 10).unwrap();
         assert!(matches!(&f.rgb, Cow::Borrowed(p) if p.as_ptr() == sent.as_ptr()));
         let owned = f.into_owned();
         assert!(matches!(&owned.rgb, Cow::Owned(p) if p[..] == sent));
-        let bgr = frame_from_pixels("IMAGE", &sent, 1, 2, PixelFormat::Bgr, 10).unwrap();
-        assert!(matches!(bgr.rgb, Cow::Owned(_)));
+        let bgr = PixelFormat::Bgr;
+        let f = frame_from_pixels("IMAGE", Cow::Borrowed(&sent[..]), 1, 2, bgr, 10).unwrap();
+        assert!(matches!(f.rgb, Cow::Owned(_)));
+        // Owned pixels (a gathered copy) become the frame's own, BGR swapped
+        // where they lie: no second copy.
+        let gathered = sent.to_vec();
+        let at = gathered.as_ptr();
+        let f = frame_from_pixels("IMAGE", Cow::Owned(gathered), 1, 2, bgr, 10).unwrap();
+        assert!(matches!(&f.rgb, Cow::Owned(p) if p.as_ptr() == at && p[..] == [3, 2, 1, 6, 5, 4]));
     }
 
     #[test]
