@@ -123,9 +123,10 @@ impl Anchor {
     /// or not finite).
     fn of(bbox: &BoxPx, points: &[[f32; 2]; 5]) -> Option<Anchor> {
         let (c, s) = frame_of(points)?;
+        let centre = bbox.centre();
         Some(Anchor {
-            dx: (bbox.centre()[0] - c[0]) / s,
-            dy: (bbox.centre()[1] - c[1]) / s,
+            dx: (centre[0] - c[0]) / s,
+            dy: (centre[1] - c[1]) / s,
             width: (bbox.right - bbox.left) / s,
             height: (bbox.bottom - bbox.top) / s,
         })

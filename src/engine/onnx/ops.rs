@@ -104,10 +104,11 @@ pub(super) fn fill_region(
     if whole && scaled == size {
         return resize(frame, size.0, size.1);
     }
-    let mut canvas = Frame {
+    let mut canvas = vec![fill; 3 * size.0 * size.1];
+    let framed = |rgb: Vec<u8>| Frame {
         width: size.0 as u32,
         height: size.1 as u32,
-        rgb: vec![fill; 3 * size.0 * size.1].into(),
+        rgb: rgb.into(),
     };
     // The part of the region inside the frame, and where it goes.
     let (sx, sy) = (
@@ -130,7 +131,7 @@ pub(super) fn fill_region(
         to(bottom, region.top, sy, offset.1, size.1),
     );
     if right <= left || bottom <= top || x1 <= x0 || y1 <= y0 {
-        return Ok(canvas);
+        return Ok(framed(canvas));
     }
     let part = match whole {
         true => resize(frame, x1 - x0, y1 - y0)?.rgb.into_owned(),
@@ -144,9 +145,9 @@ pub(super) fn fill_region(
     let row = 3 * (x1 - x0);
     for (y, src) in (y0..y1).zip(part.chunks_exact(row)) {
         let start = 3 * (y * size.0 + x0);
-        canvas.rgb.to_mut()[start..start + row].copy_from_slice(src);
+        canvas[start..start + row].copy_from_slice(src);
     }
-    Ok(canvas)
+    Ok(framed(canvas))
 }
 
 /// The frame mirrored left to right.
