@@ -53,8 +53,8 @@ fn check_pixels(what: &str, width: u64, height: u64, max_pixels: u64) -> Result<
     Ok(())
 }
 
-/// Raw HWC pixels (3 channels) into an RGB frame: RGB borrowed as it is,
-/// BGR copied with its channels swapped.
+/// Raw HWC pixels (3 channels) into an RGB frame: RGB kept as it came
+/// (borrowed or owned), BGR with its channels swapped.
 pub fn frame_from_pixels<'a>(
     what: &str,
     data: Cow<'a, [u8]>,
@@ -71,8 +71,7 @@ pub fn frame_from_pixels<'a>(
             data.len()
         )));
     }
-    // RGB is kept as it came (borrowed or owned); BGR is swapped in a copy
-    // of borrowed pixels, in place in owned ones.
+    // BGR is swapped in a copy of borrowed pixels, in place in owned ones.
     let rgb = match format {
         PixelFormat::Rgb => data,
         PixelFormat::Bgr => {
