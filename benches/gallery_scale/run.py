@@ -194,7 +194,7 @@ def fill(gallery: Path, data: Path, people: int) -> None:
 
 def saved_index(gallery: Path) -> Path | None:
     """The gallery's saved index, `gallery.<embedder's tag>.index` (src/gallery/saved.rs)."""
-    return next(iter(sorted(gallery.glob("gallery.*.index"))), None)
+    return min(gallery.glob("gallery.*.index"), default=None)
 
 
 def prepare_big(work: Path, repo: Path, backends: Path, data: Path, people: int, photos: Path,
